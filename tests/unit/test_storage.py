@@ -1,0 +1,52 @@
+import pyarrow.fs as pafs
+import pytest
+
+from xh.storage import S3Settings, join, list_files, open_input, open_output, resolve
+
+ENV = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+    "AWS_REGION": "eu-west-1",
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+}
+
+
+def test_settings_from_env_feed_every_consumer():
+    s3 = S3Settings.from_env(ENV)
+    assert s3.endpoint_url == "http://127.0.0.1:9000" and s3.region == "eu-west-1"
+    assert s3.s3fs_kwargs()["client_kwargs"] == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
+    assert s3.env()["MLFLOW_S3_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert s3.ray_runtime_env()["env_vars"]["AWS_ACCESS_KEY_ID"] == "AKIDEXAMPLE"
+    assert isinstance(s3.pyarrow_fs(), pafs.S3FileSystem)
+
+
+def test_config_endpoint_wins_over_env():
+    s3 = S3Settings.from_env(ENV, endpoint_url="http://other:1", region="us-west-2")
+    assert (s3.endpoint_url, s3.region) == ("http://other:1", "us-west-2")
+
+
+def test_credentials_never_printed():
+    s3 = S3Settings.from_env(ENV)
+    assert "s3cr3t" not in repr(s3) and "AKIDEXAMPLE" not in repr(s3)
+    assert "s3cr3t" not in str(s3.describe()) and s3.describe()["credentials"] is True
+
+
+def test_resolve_local_and_s3(tmp_path):
+    fs, path = resolve(str(tmp_path / "x"))
+    assert isinstance(fs, pafs.LocalFileSystem) and path == str(tmp_path / "x")
+    assert resolve(f"file://{tmp_path}")[1] == str(tmp_path)
+    fs, path = resolve("s3://bucket/pre/fix/", S3Settings.from_env(ENV))
+    assert isinstance(fs, pafs.S3FileSystem) and path == "bucket/pre/fix"
+    assert join("s3://b/p/", "x", "y") == "s3://b/p/x/y"
+    with pytest.raises(ValueError, match="unsupported storage URI"):
+        resolve("gs://bucket/x")
+
+
+def test_local_round_trip_and_listing(tmp_path):
+    with open_output(str(tmp_path / "a" / "b" / "f.txt")) as f:
+        f.write(b"hello")
+    with open_input(str(tmp_path / "a" / "b" / "f.txt")) as f:
+        assert f.read() == b"hello"
+    assert list_files(str(tmp_path), suffix=".txt") == [str(tmp_path / "a" / "b" / "f.txt")]
+    with pytest.raises(FileNotFoundError, match="no such file or folder"):
+        list_files(str(tmp_path / "missing"))

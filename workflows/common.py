@@ -1,0 +1,42 @@
+"""What every driver shares: the `python -m workflows.<stage>` entry point and joining Ray."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Callable, Sequence
+
+from xh.config import ConfigError, XHConfig, from_argv
+from xh.storage import S3Settings
+
+# Errors a user can fix by changing a flag or a path: one line, exit code 2, no traceback.
+USER_ERRORS = (ConfigError, FileNotFoundError)
+
+
+def s3_settings(cfg: XHConfig) -> S3Settings:
+    return S3Settings.from_env(endpoint_url=cfg.storage.s3_endpoint_url, region=cfg.storage.s3_region)
+
+
+def init_ray(cfg: XHConfig) -> None:
+    """Join the configured cluster, or start a local one in-process; a driver already connected is kept."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    local = cfg.ray.address is None
+    ray.init(
+        address=cfg.ray.address,
+        num_cpus=cfg.ray.num_cpus if local else None,
+        include_dashboard=False if local else None,
+        runtime_env=s3_settings(cfg).ray_runtime_env(),
+    )
+
+
+def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None = None) -> None:
+    """Parse `--config/--set`, run the stage, print its summary as one JSON line."""
+    try:
+        summary = run(from_argv(argv, prog=f"python -m workflows.{stage}"))
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(summary, sort_keys=True))

@@ -1,0 +1,159 @@
+"""Where tables and files live: one place that turns a URI into a filesystem and a path.
+
+A URI is a local path (`runs/demo`, `/data/xh`, `file:///data/xh`) or `s3://bucket/prefix`.
+S3 settings live in one object, `S3Settings`, read from the environment (credentials are never
+taken from config files and never logged). The same object configures every consumer:
+
+    pyarrow / Ray Data   settings.pyarrow_fs()            (read_parquet(..., filesystem=...))
+    s3fs                 s3fs.S3FileSystem(**settings.s3fs_kwargs())
+    MLflow S3 artifacts  settings.env()["MLFLOW_S3_ENDPOINT_URL"]
+    Ray workers          ray.init(runtime_env=settings.ray_runtime_env())
+
+Example:
+
+    fs, path = resolve("s3://xh/world/wiki")
+    with open_output("s3://xh/world/summary.json") as f:
+        f.write(b"{}")
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Iterator, Mapping
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+# Environment variables read for the S3 endpoint, first match wins. AWS_ENDPOINT_URL(_S3) is what
+# boto3 and the AWS CLI read; MLFLOW_S3_ENDPOINT_URL is MLflow's own name for the same thing.
+_ENDPOINT_VARS = ("XH_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Endpoint, region and credentials of an S3-compatible store.
+
+    Credentials are excluded from `repr` and from `describe()`, so printing or logging the
+    settings never leaks them.
+    """
+
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, *, endpoint_url: str | None = None, region: str | None = None
+    ) -> "S3Settings":
+        """Read settings from the environment; `endpoint_url`/`region` (from config) win when given."""
+        env = os.environ if env is None else env
+        endpoint = endpoint_url or next((env[v] for v in _ENDPOINT_VARS if env.get(v)), None)
+        return cls(
+            endpoint_url=endpoint,
+            region=region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+            secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+            session_token=env.get("AWS_SESSION_TOKEN"),
+        )
+
+    def pyarrow_fs(self, allow_bucket_creation: bool = False) -> pafs.S3FileSystem:
+        kwargs: dict = {"region": self.region, "allow_bucket_creation": allow_bucket_creation}
+        if self.endpoint_url:
+            parsed = urlparse(self.endpoint_url)
+            kwargs["scheme"] = parsed.scheme or "https"
+            kwargs["endpoint_override"] = parsed.netloc or parsed.path
+            # S3-compatible endpoints (moto, MinIO) want path-style addressing
+            kwargs["force_virtual_addressing"] = False
+        if self.access_key_id:
+            kwargs.update(access_key=self.access_key_id, secret_key=self.secret_access_key)
+            if self.session_token:
+                kwargs["session_token"] = self.session_token
+        return pafs.S3FileSystem(**kwargs)
+
+    def s3fs_kwargs(self) -> dict:
+        kwargs: dict = {"client_kwargs": {"region_name": self.region}}
+        if self.endpoint_url:
+            kwargs["client_kwargs"]["endpoint_url"] = self.endpoint_url
+        if self.access_key_id:
+            kwargs.update(key=self.access_key_id, secret=self.secret_access_key, token=self.session_token)
+        return kwargs
+
+    def env(self) -> dict[str, str]:
+        """Environment for processes that talk to the store: Ray workers, MLflow clients and servers."""
+        out = {"AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region}
+        if self.endpoint_url:
+            out.update(
+                AWS_ENDPOINT_URL=self.endpoint_url,
+                MLFLOW_S3_ENDPOINT_URL=self.endpoint_url,
+                XH_S3_ENDPOINT_URL=self.endpoint_url,
+            )
+        if self.access_key_id:
+            out.update(AWS_ACCESS_KEY_ID=self.access_key_id, AWS_SECRET_ACCESS_KEY=self.secret_access_key or "")
+            if self.session_token:
+                out["AWS_SESSION_TOKEN"] = self.session_token
+        return out
+
+    def ray_runtime_env(self) -> dict:
+        return {"env_vars": self.env()}
+
+    def describe(self) -> dict[str, str | bool | None]:
+        """What is safe to print or log."""
+        return {"endpoint_url": self.endpoint_url, "region": self.region, "credentials": bool(self.access_key_id)}
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith("s3://")
+
+
+def resolve(uri: str, s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
+    """Return `(filesystem, path)` for a URI; local paths become absolute."""
+    if is_s3(uri):
+        return (s3 or S3Settings.from_env()).pyarrow_fs(), uri[len("s3://") :].rstrip("/")
+    if uri.startswith("file://"):
+        uri = urlparse(uri).path
+    elif "://" in uri:
+        raise ValueError(f"unsupported storage URI {uri!r}: use a local path or s3://bucket/prefix")
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def join(uri: str, *parts: str) -> str:
+    """Join path parts onto a URI, keeping its scheme (`s3://b/p` + `x` -> `s3://b/p/x`)."""
+    if is_s3(uri):
+        return "s3://" + posixpath.join(uri[len("s3://") :].rstrip("/"), *parts)
+    return os.path.join(uri, *parts)
+
+
+@contextmanager
+def open_output(uri: str, s3: S3Settings | None = None) -> Iterator[IO[bytes]]:
+    """A binary writable stream; parent folders are created for local paths."""
+    fs, path = resolve(uri, s3)
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(posixpath.dirname(path), recursive=True)
+    with fs.open_output_stream(path) as stream:
+        yield stream
+
+
+@contextmanager
+def open_input(uri: str, s3: S3Settings | None = None) -> Iterator[IO[bytes]]:
+    fs, path = resolve(uri, s3)
+    with fs.open_input_stream(path) as stream:
+        yield stream
+
+
+def list_files(uri: str, s3: S3Settings | None = None, suffix: str = "") -> list[str]:
+    """All files under a URI (recursively), as URIs of the same scheme, sorted."""
+    fs, path = resolve(uri, s3)
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no such file or folder: {uri}")
+    if info.type == pafs.FileType.File:
+        found = [path]
+    else:
+        found = [i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.type == pafs.FileType.File]
+    prefix = "s3://" if is_s3(uri) else ""
+    return sorted(prefix + p for p in found if p.endswith(suffix))
