@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -60,18 +60,30 @@ class SynthConfig(Section):
     fever_pages: bool = True
 
 
+class WikiConfig(Section):
+    format: Literal["hotpot", "mediawiki", "fever"] = "hotpot"
+    inputs: list[str] = Field(default_factory=list, description="files or folders (local or s3://) of one dump")
+    output: str | None = Field(None, description="where the tables go; default <storage.root>/tables")
+    workers: int = Field(2, ge=1, description="parallel file readers (Ray actors)")
+    cpus_per_worker: float = Field(1.0, gt=0)
+    rows_per_file: int = Field(250_000, ge=1000, description="upper bound on rows per Parquet file")
+    partitions: int = Field(8, ge=1, description="hash partitions for resolving titles, links and anchors")
+
+
 class XHConfig(Section):
     storage: StorageConfig = StorageConfig()
     ray: RayConfig = RayConfig()
     mlflow: MlflowConfig = MlflowConfig()
     synth: SynthConfig = SynthConfig()
+    wiki: WikiConfig = WikiConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
 COMMON = ("storage", "ray", "mlflow")
 STAGES: dict[str, tuple[str, ...]] = {
     "synth": COMMON + ("synth",),
-    "demo": COMMON + ("synth",),
+    "wiki": COMMON + ("wiki",),
+    "demo": COMMON + ("synth", "wiki"),
 }
 
 

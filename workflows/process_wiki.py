@@ -1,0 +1,110 @@
+"""Wikipedia dump -> docs / links / redirects / anchors / quarantine tables, on Ray Data.
+
+    python -m workflows.process_wiki --config configs/demo.yaml \\
+        --set wiki.format=mediawiki --set 'wiki.inputs=[../shared/data/wiki]'
+    xh wiki process --format hotpot --input runs/demo/world/wiki --output runs/demo/tables
+
+The steps are the library's (`xh.wiki.process`: what each does and why it is partitioned); this
+driver spreads them over Ray Data workers:
+
+1. the input files over an actor pool of `wiki.workers` readers (`stage_file`, one file per call);
+   the driver sees one small counts row per file, never the corpus;
+2. the `wiki.partitions` hash partitions, in three rounds (`resolve_titles`, `resolve_links`,
+   `count_anchors`), then the rare docs files holding a later copy of a doc id.
+
+Prints one JSON summary line: records, docs, redirects, links, quarantined (and more);
+`records == docs + redirects + quarantined` holds, or the run fails.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+from workflows.common import init_ray, main, s3_settings
+from xh.config import XHConfig
+from xh.storage import join, open_output
+from xh.wiki import process
+
+
+class _FileReader:
+    """Ray Data actor: one dump file per call -> its counts row (the rows themselves go to storage)."""
+
+    def __init__(self, fmt: str, output: str, partitions: int, rows_per_file: int, s3):
+        self.args = (output, partitions, rows_per_file, s3)
+        self.fmt = fmt
+
+    def __call__(self, batch: dict) -> dict:
+        rows = [
+            process.stage_file(self.fmt, str(path), int(index), *self.args)
+            for path, index in zip(batch["path"], batch["file_index"])
+        ]
+        return {key: [row[key] for row in rows] for key in rows[0]}
+
+
+def _over(items: list[dict], fn: Callable[[dict], dict], cpus: float) -> list[dict]:
+    """`fn` applied to each item as a Ray Data task (one item per task); the results are small."""
+    import ray.data
+
+    def per_item(batch: dict) -> dict:
+        rows = [fn({k: batch[k][i] for k in batch}) for i in range(len(next(iter(batch.values()))))]
+        return {"result": [json.dumps(r) for r in rows]}
+
+    ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(per_item, batch_size=1, num_cpus=cpus)
+    return [json.loads(row["result"]) for row in ds.take_all()]
+
+
+def run(cfg: XHConfig) -> dict:
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    wiki, s3 = cfg.wiki, s3_settings(cfg)
+    output = wiki.output or join(cfg.storage.root, "tables")
+    files = process.input_files(wiki.inputs, wiki.format, s3)
+    process.clear_output(output, s3)
+    init_ray(cfg)
+    start = time.perf_counter()
+
+    items = [{"path": path, "file_index": index} for index, path in enumerate(files)]
+    per_file = (
+        ray.data.from_items(items, override_num_blocks=len(items))
+        .map_batches(
+            _FileReader,
+            batch_size=1,
+            compute=ActorPoolStrategy(size=min(wiki.workers, len(files))),
+            num_cpus=wiki.cpus_per_worker,
+            fn_constructor_args=(wiki.format, output, wiki.partitions, wiki.rows_per_file, s3),
+        )
+        .take_all()
+    )
+    read_seconds = time.perf_counter() - start
+
+    parts, rows = wiki.partitions, wiki.rows_per_file
+    partitions = [{"p": p} for p in range(parts)]
+    titles = _over(partitions, lambda i: process.resolve_titles(output, i["p"], parts, rows, s3), wiki.cpus_per_worker)
+    first_file = {d: f for r in titles for d, f in r["first_file"].items()}  # duplicated ids only: small
+    links = _over(
+        partitions, lambda i: process.resolve_links(output, i["p"], parts, rows, first_file, s3), wiki.cpus_per_worker
+    )
+    _over(partitions, lambda i: process.count_anchors(output, i["p"], rows, s3), wiki.cpus_per_worker)
+    duplicates = sum(
+        process.drop_duplicate_docs(output, k, later, files[k], rows, s3)
+        for k, later in process.group_later_copies(titles).items()
+    )
+    process.remove_staging(output, s3)
+
+    summary = {
+        "format": wiki.format,
+        **process.summarize(per_file, titles, links, duplicates),
+        "read_seconds": round(read_seconds, 3),
+        "seconds": round(time.perf_counter() - start, 3),
+        "output": output,
+    }
+    with open_output(join(output, "_summary.json"), s3) as f:
+        f.write(json.dumps(summary, indent=1).encode())
+    return summary
+
+
+if __name__ == "__main__":
+    main("process_wiki", run)

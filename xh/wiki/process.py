@@ -1,0 +1,377 @@
+"""Wikipedia dump files -> the docs / links / redirects / anchors / quarantine tables.
+
+The work comes in two halves, each a set of independent calls that the driver
+(`workflows/process_wiki.py`) spreads over Ray workers and a plain loop can run too (the
+benchmark's baseline does):
+
+1. `stage_file` — once per input file: read it with the reader of its format, write its docs and
+   quarantined records straight to the output tables, and *stage* what needs the whole corpus:
+   doc ids, titles, redirects and links, each hash-partitioned on the key it will be joined on.
+2. Once per partition, in three rounds, no shuffle service needed:
+   - `resolve_titles(p)`: titles of partition p -> doc ids; redirects whose target falls in p get
+     their target doc (written out) and become aliases, re-staged on their own title; doc ids seen in
+     several files are found (the copy in the earliest file is kept).
+   - `resolve_links(p)`: links whose target title falls in p -> target doc ids (through titles or
+     aliases; links to missing pages are kept and flagged); anchor counts staged by surface.
+   - `count_anchors(p)`: anchor counts of partition p summed per (surface, doc).
+   Then `drop_duplicate_docs(file)` rewrites the (rare) docs files that hold later copies of an id and
+   quarantines those copies.
+
+Partitions use crc32 of the key (Python's `hash` differs between processes). Every Parquet file
+holds at most `rows_per_file` rows.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections import defaultdict
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from xh import schemas
+from xh.storage import S3Settings, list_files, open_input, resolve
+from xh.wiki.readers import ReadCounts, read_records
+
+TABLES = ("docs", "links", "redirects", "anchors", "quarantine")
+STAGING = "_staging"
+
+# What half 1 stages for half 2, and the column each is partitioned on.
+STAGED = {
+    "ids": pa.schema([("doc_id", pa.string()), ("file_index", pa.int32()), ("position", pa.int64())]),
+    "titles": pa.schema([("title", pa.string()), ("doc_id", pa.string())]),
+    "redirects": pa.schema([("from_title", pa.string()), ("to_title", pa.string())]),
+    "links": pa.schema(
+        [("src_doc_id", pa.string()), ("target_title", pa.string()), ("anchor", pa.string()),
+         ("sentence", pa.int32()), ("file_index", pa.int32())]  # fmt: skip
+    ),
+    "aliases": pa.schema([("title", pa.string()), ("doc_id", pa.string())]),
+    "anchors": schemas.ANCHORS,
+}
+PARTITION_KEY = {"ids": "doc_id", "titles": "title", "redirects": "to_title", "links": "target_title",
+                 "aliases": "title", "anchors": "surface"}  # fmt: skip
+
+
+def bucket(key: str, partitions: int) -> int:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % partitions
+
+
+class TableWriter:
+    """Rows (dicts) or Arrow tables -> Parquet files `<folder>/<stem>-NNN.parquet` of at most `rows_per_file` rows."""
+
+    BATCH = 20_000  # rows buffered as Python dicts before they become Arrow
+
+    def __init__(self, fs, folder: str, stem: str, schema: pa.Schema, rows_per_file: int):
+        self.fs, self.folder, self.stem, self.schema, self.rows_per_file = fs, folder, stem, schema, rows_per_file
+        self.rows: list[dict] = []
+        self.writer: pq.ParquetWriter | None = None
+        self.in_file = self.parts = self.written = 0
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.BATCH:
+            self._flush_rows()
+
+    def write(self, table: pa.Table) -> None:
+        self._flush_rows()
+        table = table.select(self.schema.names).cast(self.schema)
+        while table.num_rows:
+            if self.writer is None:
+                self.fs.create_dir(self.folder, recursive=True)
+                path = f"{self.folder}/{self.stem}-{self.parts:03d}.parquet"
+                self.writer = pq.ParquetWriter(path, self.schema, filesystem=self.fs, compression="zstd")
+                self.parts += 1
+            room = self.rows_per_file - self.in_file
+            self.writer.write_table(table.slice(0, room))
+            self.in_file += min(room, table.num_rows)
+            self.written += min(room, table.num_rows)
+            table = table.slice(room)
+            if self.in_file >= self.rows_per_file:
+                self._close_file()
+
+    def _flush_rows(self) -> None:
+        if self.rows:
+            rows, self.rows = self.rows, []
+            self.write(pa.Table.from_pylist(rows, schema=self.schema))
+
+    def _close_file(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer, self.in_file = None, 0
+
+    def close(self) -> None:
+        self._flush_rows()
+        self._close_file()
+
+
+class PartitionedWriter:
+    """Rows routed to `<folder>/pNNN/<stem>-*.parquet` by the crc32 bucket of one column."""
+
+    def __init__(self, fs, folder: str, stem: str, schema: pa.Schema, key: str, partitions: int, rows_per_file: int):
+        self.key, self.partitions = key, partitions
+        self.writers = [
+            TableWriter(fs, f"{folder}/p{p:03d}", stem, schema, rows_per_file) for p in range(partitions)
+        ]
+
+    def add(self, row: dict) -> None:
+        self.writers[bucket(row[self.key], self.partitions)].add(row)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+
+
+def read_folder(fs, folder: str, schema: pa.Schema) -> pa.Table:
+    """All Parquet files under a folder as one table; an absent or empty folder is an empty table."""
+    try:
+        files = [f for f in list_files_fs(fs, folder) if f.endswith(".parquet")]
+    except FileNotFoundError:
+        files = []
+    if not files:
+        return schema.empty_table()
+    return pa.concat_tables(pq.read_table(f, filesystem=fs, schema=schema) for f in files)
+
+
+def list_files_fs(fs, folder: str) -> list[str]:
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(folder).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(folder)
+    selector = pafs.FileSelector(folder, recursive=True)
+    return sorted(i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File)
+
+
+# --- half 1: one input file --------------------------------------------------------------------
+
+
+def stage_file(
+    fmt: str, uri: str, file_index: int, output: str, partitions: int, rows_per_file: int, s3: S3Settings | None = None
+) -> dict[str, Any]:
+    """Read one dump file: docs and quarantine rows to the output, the rest staged by partition."""
+    start = time.perf_counter()
+    fs, root = resolve(output, s3)
+    stem = f"part-{file_index:05d}"
+    docs = TableWriter(fs, f"{root}/docs", stem, schemas.DOCS, rows_per_file)
+    quarantine = TableWriter(fs, f"{root}/quarantine", stem, schemas.QUARANTINE, rows_per_file)
+    staged = {
+        name: PartitionedWriter(fs, f"{root}/{STAGING}/{name}", stem, STAGED[name], PARTITION_KEY[name], partitions,
+                                rows_per_file)  # fmt: skip
+        for name in ("ids", "titles", "redirects", "links")
+    }
+    counts = ReadCounts()
+    links = 0
+    with open_input(uri, s3) as stream:
+        for record in read_records(fmt, stream, uri, counts):
+            if record.kind == "doc":
+                docs.add(record.row())
+                staged["ids"].add({"doc_id": record.doc_id, "file_index": file_index, "position": counts.records})
+                staged["titles"].add({"title": record.title, "doc_id": record.doc_id})
+                for link in record.link_rows():
+                    staged["links"].add({**link, "file_index": file_index})
+                links += len(record.links)
+            elif record.kind == "redirect":
+                staged["redirects"].add(record.row())
+            else:
+                quarantine.add(record.row())
+    for writer in (docs, quarantine, *staged.values()):
+        writer.close()
+    if not counts.balanced:  # a reader bug, not bad input: fail loudly rather than lose records
+        raise RuntimeError(f"{uri}: records {counts.records} != docs + redirects + quarantined ({counts})")
+    return {
+        "path": uri, "file_index": file_index, "records": counts.records, "skipped": counts.skipped,
+        "docs": counts.docs, "redirects": counts.redirects, "quarantined": counts.quarantined, "links": links,
+        "seconds": time.perf_counter() - start,
+    }  # fmt: skip
+
+
+# --- half 2: one partition at a time ----------------------------------------------------------
+
+
+def _staged(fs, root: str, name: str, p: int) -> pa.Table:
+    return read_folder(fs, f"{root}/{STAGING}/{name}/p{p:03d}", STAGED[name])
+
+
+def _first_by(table: pa.Table, key: str, value: str) -> dict[str, str]:
+    """key -> smallest value (one doc per title, however many ids share it)."""
+    grouped = table.group_by(key).aggregate([(value, "min")])
+    return dict(zip(grouped[key].to_pylist(), grouped[f"{value}_min"].to_pylist()))
+
+
+def resolve_titles(output: str, p: int, partitions: int, rows_per_file: int, s3: S3Settings | None = None) -> dict:
+    """Round 1 for partition p: duplicate doc ids, and redirects -> target docs (written) and aliases (staged)."""
+    fs, root = resolve(output, s3)
+    ids = _staged(fs, root, "ids", p)
+    per_id = ids.group_by("doc_id").aggregate([("file_index", "min"), ("file_index", "count")])
+    repeated = per_id.filter(pc.greater(per_id["file_index_count"], 1))
+    first_file = dict(zip(repeated["doc_id"].to_pylist(), repeated["file_index_min"].to_pylist()))
+    later = [
+        (d, f, pos)
+        for d, f, pos in zip(*(ids[c].to_pylist() for c in ("doc_id", "file_index", "position")))
+        if d in first_file and f != first_file[d]
+    ]
+
+    doc_of = _first_by(_staged(fs, root, "titles", p), "title", "doc_id")
+    redirects = _staged(fs, root, "redirects", p)
+    to_doc = pa.array([doc_of.get(t) for t in redirects["to_title"].to_pylist()], pa.string())
+    redirects = redirects.append_column("to_doc_id", to_doc)
+    out = TableWriter(fs, f"{root}/redirects", f"part-{p:05d}", schemas.REDIRECTS, rows_per_file)
+    out.write(redirects)
+    out.close()
+    aliases = PartitionedWriter(fs, f"{root}/{STAGING}/aliases", f"part-{p:05d}", STAGED["aliases"], "title",
+                                partitions, rows_per_file)  # fmt: skip
+    for title, doc_id in zip(redirects["from_title"].to_pylist(), to_doc.to_pylist()):
+        if doc_id is not None:
+            aliases.add({"title": title, "doc_id": doc_id})
+    aliases.close()
+    return {
+        "later_copies": later,  # (doc_id, file_index, position) of copies to drop: rare, small
+        "first_file": first_file,
+        "redirects": redirects.num_rows,
+        "redirects_unresolved": to_doc.null_count,
+    }
+
+
+def resolve_links(
+    output: str, p: int, partitions: int, rows_per_file: int, first_file: dict[str, int], s3: S3Settings | None = None
+) -> dict:
+    """Round 2 for partition p: link targets -> doc ids (written); anchor counts staged by surface."""
+    fs, root = resolve(output, s3)
+    doc_of = _first_by(_staged(fs, root, "aliases", p), "title", "doc_id")
+    doc_of.update(_first_by(_staged(fs, root, "titles", p), "title", "doc_id"))  # a page beats a redirect
+    links = _staged(fs, root, "links", p)
+    if first_file:  # links written by a later copy of a duplicated doc go with it
+        keep = [first_file.get(d, f) == f for d, f in zip(links["src_doc_id"].to_pylist(), links["file_index"].to_pylist())]
+        links = links.filter(pa.array(keep, pa.bool_()))
+    target = pa.array([doc_of.get(t) for t in links["target_title"].to_pylist()], pa.string())
+    links = links.append_column("target_doc_id", target).append_column("missing", pc.is_null(target))
+    out = TableWriter(fs, f"{root}/links", f"part-{p:05d}", schemas.LINKS, rows_per_file)
+    out.write(links)
+    out.close()
+
+    found = links.filter(pc.invert(links["missing"]))
+    surfaces = pc.utf8_lower(pc.utf8_trim_whitespace(found["anchor"]))
+    pairs = pa.table({"surface": surfaces, "doc_id": found["target_doc_id"]})
+    pairs = pairs.filter(pc.not_equal(pairs["surface"], ""))
+    counted = pairs.group_by(["surface", "doc_id"]).aggregate([("doc_id", "count")]).rename_columns(
+        ["surface", "doc_id", "count"]
+    )
+    anchors = PartitionedWriter(fs, f"{root}/{STAGING}/anchors", f"part-{p:05d}", STAGED["anchors"], "surface",
+                                partitions, rows_per_file)  # fmt: skip
+    for row in counted.to_pylist():
+        anchors.add(row)
+    anchors.close()
+    return {"links": links.num_rows, "missing_links": target.null_count}
+
+
+def count_anchors(output: str, p: int, rows_per_file: int, s3: S3Settings | None = None) -> dict:
+    """Round 3 for partition p: anchor counts summed per (surface, doc)."""
+    fs, root = resolve(output, s3)
+    partial = _staged(fs, root, "anchors", p)
+    total = partial.group_by(["surface", "doc_id"]).aggregate([("count", "sum")]).rename_columns(
+        ["surface", "doc_id", "count"]
+    )
+    out = TableWriter(fs, f"{root}/anchors", f"part-{p:05d}", schemas.ANCHORS, rows_per_file)
+    out.write(total.sort_by([("surface", "ascending"), ("count", "descending")]))
+    out.close()
+    return {"anchors": total.num_rows}
+
+
+def drop_duplicate_docs(
+    output: str, file_index: int, later: list[tuple[str, int]], source: str, rows_per_file: int,
+    s3: S3Settings | None = None,
+) -> int:  # fmt: skip
+    """Rewrite the docs of one input file without the later copies `later` [(doc_id, position)]; quarantine them."""
+    fs, root = resolve(output, s3)
+    stem = f"part-{file_index:05d}"
+    paths = [p for p in list_files_fs(fs, f"{root}/docs") if p.rsplit("/", 1)[-1].startswith(stem)]
+    docs = pa.concat_tables(pq.read_table(p, filesystem=fs, schema=schemas.DOCS) for p in paths)
+    drop = {doc_id for doc_id, _ in later}
+    docs = docs.filter(pc.invert(pc.is_in(docs["doc_id"], pa.array(sorted(drop), pa.string()))))
+    for path in paths:
+        fs.delete_file(path)
+    out = TableWriter(fs, f"{root}/docs", stem, schemas.DOCS, rows_per_file)
+    out.write(docs)
+    out.close()
+    quarantine = TableWriter(fs, f"{root}/quarantine", f"duplicates-{file_index:05d}", schemas.QUARANTINE, rows_per_file)
+    for doc_id, position in sorted(later, key=lambda x: x[1]):
+        quarantine.add({"source": source, "position": position, "reason": "duplicate id: first seen in an earlier file",
+                        "raw": doc_id[: schemas.RAW_LIMIT]})  # fmt: skip
+    quarantine.close()
+    return len(later)
+
+
+def group_later_copies(rounds: list[dict]) -> dict[int, list[tuple[str, int]]]:
+    """file_index -> [(doc_id, position)] of later copies, from every partition's round-1 result."""
+    by_file: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for result in rounds:
+        for doc_id, file_index, position in result["later_copies"]:
+            by_file[file_index].append((doc_id, position))
+    return dict(by_file)
+
+
+def input_files(uris: list[str], fmt: str, s3: S3Settings | None = None) -> list[str]:
+    """The files of a dump: each URI is a file or a folder (searched recursively; hidden files skipped)."""
+    if not uris:
+        raise FileNotFoundError("no input given: set wiki.inputs (or pass --input)")
+    files: list[str] = []
+    for uri in uris:
+        found = [f for f in list_files(uri, s3) if not f.rsplit("/", 1)[-1].startswith((".", "_"))]
+        if not found:
+            raise FileNotFoundError(f"no {fmt} dump files under {uri}")
+        files.extend(found)
+    return files
+
+
+def clear_output(output: str, s3: S3Settings | None = None) -> None:
+    """A run replaces the tables it writes (and any staging left by a failed run)."""
+    fs, root = resolve(output, s3)
+    for name in (*TABLES, STAGING):
+        fs.create_dir(f"{root}/{name}", recursive=True)
+        fs.delete_dir_contents(f"{root}/{name}")
+
+
+def remove_staging(output: str, s3: S3Settings | None = None) -> None:
+    fs, root = resolve(output, s3)
+    fs.delete_dir(f"{root}/{STAGING}")
+
+
+
+def summarize(files: list[dict], titles: list[dict], links: list[dict], duplicates: int) -> dict:
+    """The run's counts; `records == docs + redirects + quarantined` is checked here."""
+    total = {k: sum(f[k] for f in files) for k in ("records", "skipped", "docs", "redirects", "quarantined", "links")}
+    summary = {
+        "files": len(files),
+        "records": total["records"],
+        "skipped": total["skipped"],
+        "docs": total["docs"] - duplicates,
+        "redirects": total["redirects"],
+        "links": sum(r["links"] for r in links),
+        "missing_links": sum(r["missing_links"] for r in links),
+        "redirects_unresolved": sum(r["redirects_unresolved"] for r in titles),
+        "quarantined": total["quarantined"] + duplicates,
+        "duplicate_ids": duplicates,
+    }
+    if summary["records"] != summary["docs"] + summary["redirects"] + summary["quarantined"]:
+        raise RuntimeError(f"records lost: {summary}")
+    return summary
+
+
+def process_in_process(fmt: str, files: list[str], output: str, partitions: int = 8, rows_per_file: int = 250_000,
+                       s3: S3Settings | None = None) -> dict:  # fmt: skip
+    """Every step in this process, one after the other: the same work the Ray driver spreads out."""
+    clear_output(output, s3)
+    per_file = [stage_file(fmt, uri, k, output, partitions, rows_per_file, s3) for k, uri in enumerate(files)]
+    titles = [resolve_titles(output, p, partitions, rows_per_file, s3) for p in range(partitions)]
+    first_file = {d: f for r in titles for d, f in r["first_file"].items()}
+    links = [resolve_links(output, p, partitions, rows_per_file, first_file, s3) for p in range(partitions)]
+    for p in range(partitions):
+        count_anchors(output, p, rows_per_file, s3)
+    duplicates = sum(
+        drop_duplicate_docs(output, k, later, files[k], rows_per_file, s3)
+        for k, later in group_later_copies(titles).items()
+    )
+    remove_staging(output, s3)
+    return summarize(per_file, titles, links, duplicates)
