@@ -9,8 +9,8 @@ driver spreads them over Ray Data workers:
 
 1. the input files over an actor pool of `wiki.workers` readers (`stage_file`, one file per call);
    the driver sees one small counts row per file, never the corpus;
-2. the `wiki.partitions` hash partitions, in three rounds (`resolve_titles`, `resolve_links`,
-   `count_anchors`), then the rare docs files holding a later copy of a doc id.
+2. the `wiki.partitions` hash partitions as Ray tasks, in three rounds (`resolve_titles`,
+   `resolve_links`, `count_anchors`), then the rare docs files holding a later copy of a doc id.
 
 Prints one JSON summary line: records, docs, redirects, links, quarantined (and more);
 `records == docs + redirects + quarantined` holds, or the run fails.
@@ -43,16 +43,13 @@ class _FileReader:
         return {key: [row[key] for row in rows] for key in rows[0]}
 
 
-def _over(items: list[dict], fn: Callable[[dict], dict], cpus: float) -> list[dict]:
-    """`fn` applied to each item as a Ray Data task (one item per task); the results are small."""
-    import ray.data
+def _over(items: list, fn: Callable, cpus: float) -> list:
+    """`fn(item)` for each item as a Ray task; the results are small. (Plain tasks: a Ray Data
+    execution per round would cost a second of start-up for a handful of partitions.)"""
+    import ray
 
-    def per_item(batch: dict) -> dict:
-        rows = [fn({k: batch[k][i] for k in batch}) for i in range(len(next(iter(batch.values()))))]
-        return {"result": [json.dumps(r) for r in rows]}
-
-    ds = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(per_item, batch_size=1, num_cpus=cpus)
-    return [json.loads(row["result"]) for row in ds.take_all()]
+    task = ray.remote(num_cpus=cpus)(fn)
+    return ray.get([task.remote(item) for item in items])
 
 
 def run(cfg: XHConfig) -> dict:
@@ -80,19 +77,16 @@ def run(cfg: XHConfig) -> dict:
     )
     read_seconds = time.perf_counter() - start
 
-    parts, rows = wiki.partitions, wiki.rows_per_file
-    partitions = [{"p": p} for p in range(parts)]
-    titles = _over(partitions, lambda i: process.resolve_titles(output, i["p"], parts, rows, s3), wiki.cpus_per_worker)
+    parts, rows, cpus = wiki.partitions, wiki.rows_per_file, wiki.cpus_per_worker
+    titles = _over(range(parts), lambda p: process.resolve_titles(output, p, parts, rows, s3), cpus)
     first_file = {d: f for r in titles for d, f in r["first_file"].items()}  # duplicated ids only: small
-    links = _over(
-        partitions, lambda i: process.resolve_links(output, i["p"], parts, rows, first_file, s3), wiki.cpus_per_worker
-    )
-    _over(partitions, lambda i: process.count_anchors(output, i["p"], rows, s3), wiki.cpus_per_worker)
+    links = _over(range(parts), lambda p: process.resolve_links(output, p, parts, rows, first_file, s3), cpus)
+    _over(range(parts), lambda p: process.count_anchors(output, p, rows, s3), cpus)
     duplicates = sum(
         process.drop_duplicate_docs(output, k, later, files[k], rows, s3)
         for k, later in process.group_later_copies(titles).items()
     )
-    process.remove_staging(output, s3)
+    process.finish(output, s3)
 
     summary = {
         "format": wiki.format,

@@ -29,14 +29,14 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _run_stage(stage: str, config: Optional[str], overrides: Optional[List[str]]) -> None:
+def _run_stage(stage: str, config: Optional[str], overrides: Optional[List[str]], module: str | None = None) -> None:
     from importlib import import_module
 
     from workflows.common import USER_ERRORS
 
     try:
         cfg = load_config(config, overrides or [])
-        summary = import_module(f"workflows.{stage}").run(cfg)
+        summary = import_module(f"workflows.{module or stage}").run(cfg)
     except USER_ERRORS as e:
         _fail(str(e))
     typer.echo(json.dumps(summary, sort_keys=True))
@@ -64,9 +64,27 @@ def demo(config: Optional[str] = ConfigOpt, overrides: Optional[List[str]] = Set
     _run_stage("demo", config, overrides)
 
 
+wiki_app = typer.Typer(help="Wikipedia dumps -> docs / links / redirects / anchors / quarantine tables.", no_args_is_help=True)
+app.add_typer(wiki_app, name="wiki")
+
+
+@wiki_app.command("process")
+def wiki_process(
+    format: Optional[str] = typer.Option(None, "--format", "-f", help="hotpot, mediawiki or fever"),
+    inputs: Optional[List[str]] = typer.Option(None, "--input", "-i", help="dump file or folder, local or s3:// (repeatable)"),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="where the tables go (default <storage.root>/tables)"),
+    config: Optional[str] = ConfigOpt,
+    overrides: Optional[List[str]] = SetOpt,
+) -> None:
+    """Read a dump on Ray Data workers; print a JSON summary (records, docs, redirects, links, quarantined)."""
+    flags = [f"wiki.format={format}"] if format else []
+    flags += [f"wiki.inputs={json.dumps(list(inputs))}"] if inputs else []
+    flags += [f"wiki.output={output}"] if output else []
+    _run_stage("wiki", config, [*(overrides or []), *flags], module="process_wiki")
+
+
 # Stages of later issues: listed so that `xh --help` shows the whole pipeline.
 _NOT_BUILT = {
-    "wiki": "Process Wikipedia dumps into docs/links/anchors tables",
     "retrieve": "BM25 + entity linking + hyperlink expansion into candidates",
     "graphs": "Build evidence graphs for HotpotQA and FEVER",
     "train": "Train Transformer-XH on Ray Train with MLflow tracking",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import doctest
+
 import pytest
 
+from xh.wiki import titles
 from xh.wiki.titles import fever_page_id, normalize_title
 
 pytestmark = pytest.mark.unit
@@ -79,3 +82,7 @@ def test_normalize_title_is_idempotent(raw: str) -> None:
 def test_fever_page_id_is_the_inverse_on_normalised_titles(title: str, page_id: str) -> None:
     assert fever_page_id(title) == page_id
     assert normalize_title(page_id) == title
+
+
+def test_the_module_docstring_examples_hold() -> None:
+    assert doctest.testmod(titles).failed == 0

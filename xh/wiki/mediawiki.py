@@ -9,7 +9,7 @@ The MediaWiki reader (`xh.wiki.readers.read_mediawiki`) hands each article's wik
     >>> [(link.target, link.anchor, link.sentence) for link in lead.links]
     [('Capital city', 'capital', 0), ('France', 'France', 0), ('Seine', 'Seine', 1)]
 
-What is kept (parsing by mwparserfromhell, not by hand-written regexes):
+What is kept (mwparserfromhell parses the wikitext; regexes only tidy the plain text it leaves):
 
 - the lead: everything before the first section heading (`== ... ==`);
 - text, bold/italic contents, the display text of links and of labelled external links `[url label]`,
@@ -327,6 +327,8 @@ def article_lead(wikitext: str, namespaces: frozenset[str] = DEFAULT_NAMESPACES)
     `namespaces`: lower-case namespace names of the wiki (links into them are not article links).
     Returns an empty `Lead` when nothing readable is left.
     """
+    if _MARK in wikitext:  # never in real text, but a stray one would shift every link after it
+        wikitext = wikitext.replace(_MARK, "")
     renderer = _Renderer(namespaces)
     renderer.render(mwparserfromhell.parse(lead_wikitext(wikitext)).nodes)
     text, offsets = _take_marks(_clean("".join(renderer.out)))

@@ -333,9 +333,13 @@ def clear_output(output: str, s3: S3Settings | None = None) -> None:
         fs.delete_dir_contents(f"{root}/{name}")
 
 
-def remove_staging(output: str, s3: S3Settings | None = None) -> None:
+def finish(output: str, s3: S3Settings | None = None) -> None:
+    """Drop the staging area; a table that got no rows still gets one empty file, so it can be read."""
     fs, root = resolve(output, s3)
     fs.delete_dir(f"{root}/{STAGING}")
+    for name in TABLES:
+        if not list_files_fs(fs, f"{root}/{name}"):
+            pq.write_table(schemas.TABLES[name].empty_table(), f"{root}/{name}/empty.parquet", filesystem=fs)
 
 
 
@@ -373,5 +377,5 @@ def process_in_process(fmt: str, files: list[str], output: str, partitions: int 
         drop_duplicate_docs(output, k, later, files[k], rows_per_file, s3)
         for k, later in group_later_copies(titles).items()
     )
-    remove_staging(output, s3)
+    finish(output, s3)
     return summarize(per_file, titles, links, duplicates)

@@ -32,8 +32,8 @@ What a *record* is, the unit that the invariant `records == docs + redirects + q
 Each record becomes exactly one `Doc`, `Redirect` or `Quarantine`. Quarantine reasons start with a
 stable prefix (`Quarantine.group` returns it): "invalid json", "invalid record", "missing id",
 "missing title", "missing redirect target", "empty text", "non-utf8 bytes", "duplicate id",
-"invalid xml page", "truncated bz2 stream". Positions are 1-based line numbers (JSON lines) or
-1-based ordinals of <page> elements in the file, skipped pages included (XML).
+"invalid xml page", "unreadable wikitext", "truncated bz2 stream". Positions are 1-based line
+numbers (JSON lines) or 1-based ordinals of <page> elements in the file, skipped pages included.
 
 Sentences follow HotpotQA's convention: the whitespace between two sentences starts the next one,
 so `doc.text == "".join(doc.sentences)` reads as prose. Ids are unique within a file (a repeated id
@@ -111,9 +111,10 @@ class Doc:
 
     def link_rows(self) -> list[dict]:
         """Rows of `xh.schemas.LINKS` without `target_doc_id` and `missing` (they need the whole corpus)."""
+        doc_id = self.doc_id
         return [
-            {"src_doc_id": self.doc_id, "target_title": link.target, "anchor": link.anchor, "sentence": link.sentence}
-            for link in self.links
+            {"src_doc_id": doc_id, "target_title": target, "anchor": anchor, "sentence": sentence}
+            for target, anchor, sentence in self.links
         ]
 
 
@@ -303,7 +304,7 @@ def _json_line_record(
         return Quarantine(source, number, reason, _raw(line.decode("utf-8", "replace")))
     try:
         obj = json.loads(text)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: absurdly deep nesting
         return Quarantine(source, number, f"invalid json: {getattr(error, 'msg', error)}", _raw(text))
     try:
         if not isinstance(obj, dict):
@@ -351,7 +352,9 @@ def read_hotpot(stream: BinaryIO, source: str, counts: ReadCounts | None = None)
     doc_id = "id", title = normalize_title("title"), sentences = "text" verbatim. "text" is either a
     list of sentences (the abstracts dump: the lead paragraph) or a list of paragraphs, each a list of
     sentences (the full-page dump): paragraphs are flattened in order and all kept, except a first
-    paragraph that is only the title (the full-page dump starts each page with its title).
+    paragraph that is only the title (the full-page dump starts each page with its title). Sentences
+    are kept verbatim (after the first, they begin with a space); an abstract that is only the title
+    (the dump has a few) stays a doc.
 
     Links come from "text_with_links" (flattened the same way): the href, unquoted and normalised, is
     the target; the anchor is the tag's text (entities decoded); the sentence is the one it sits in.
@@ -370,31 +373,32 @@ def _hotpot_doc(obj: dict, source: str) -> Doc:
     sentences = _hotpot_sentences(obj.get("text"), raw_title, "text")
     if not _has_text(sentences):
         raise _Bad("empty text")
-    links = []
-    linked = obj.get("text_with_links")
-    if linked:
-        linked = _hotpot_sentences(linked, raw_title, "text_with_links")
-        if len(linked) == len(sentences):
-            links = _hotpot_links(linked)
-    return Doc(doc_id, title, sentences, source, links)
+    return Doc(doc_id, title, sentences, source, _hotpot_doc_links(obj, raw_title, len(sentences)))
 
 
 def _hotpot_sentences(value, raw_title: str, key: str) -> list[str]:
+    """The flat list of sentences of "text" (or "text_with_links"), in either of the dumps' shapes."""
     if value is None:
         return []
     if not isinstance(value, list):
         raise _Bad(f"invalid record: {key} is not a list")
-    if all(isinstance(sentence, str) for sentence in value):
-        return value
-    if not all(isinstance(paragraph, list) for paragraph in value):
-        raise _Bad(f"invalid record: {key} mixes sentences and paragraphs")
-    paragraphs = value
+    if all(isinstance(item, str) for item in value):
+        return value  # the abstracts dump: the sentences of the lead (a few are just the title: kept)
+    if not all(isinstance(item, list) and all(isinstance(s, str) for s in item) for item in value):
+        raise _Bad(f"invalid record: {key} is neither a list of sentences nor of paragraphs")
+    paragraphs = value  # the full-page dump, whose first paragraph is the bare title: dropped
     if paragraphs and len(paragraphs[0]) == 1 and paragraphs[0][0].strip() == raw_title.strip():
-        paragraphs = paragraphs[1:]  # the full-page dump's first paragraph is the title itself
-    sentences = [sentence for paragraph in paragraphs for sentence in paragraph]
-    if not all(isinstance(sentence, str) for sentence in sentences):
-        raise _Bad(f"invalid record: {key} has a sentence that is not a string")
-    return sentences
+        paragraphs = paragraphs[1:]
+    return [sentence for paragraph in paragraphs for sentence in paragraph]
+
+
+def _hotpot_doc_links(obj: dict, raw_title: str, n_sentences: int) -> list[Link]:
+    """Links are an extra: a malformed or misaligned "text_with_links" costs the links, not the doc."""
+    try:
+        linked = _hotpot_sentences(obj.get("text_with_links"), raw_title, "text_with_links")
+    except _Bad:
+        return []
+    return _hotpot_links(linked) if len(linked) == n_sentences else []
 
 
 def _hotpot_links(linked: list[str]) -> list[Link]:
@@ -491,7 +495,8 @@ def _fever_lines(lines: str) -> tuple[list[str], list[Link]]:
 def read_mediawiki(stream: BinaryIO, source: str, counts: ReadCounts | None = None) -> Iterator[Record]:
     """Docs and redirects from a MediaWiki XML dump (pages-articles*.xml, plain or bz2).
 
-    Main-namespace pages only (others are counted in `counts.skipped`). A page with <redirect title>
+    Main-namespace pages only (others are counted in `counts.skipped`; a page without <ns>, as in
+    old dumps, counts as main namespace). A page with <redirect title>
     (or, in old dumps, text "#REDIRECT [[X]]") is a `Redirect`; any other is a `Doc`: doc_id = <id>,
     title = normalised <title>, sentences and links of the lead section of its last revision (see
     `xh.wiki.mediawiki`; empty after clean-up -> quarantined "empty text").
@@ -635,7 +640,10 @@ def _page_content(fields: dict, source: str, namespaces: frozenset) -> Doc | Red
         if not target:
             raise _Bad("missing redirect target")
         return Redirect(title, target, source)
-    lead = article_lead(wikitext, namespaces)
+    try:
+        lead = article_lead(wikitext, namespaces)
+    except Exception as error:  # a parser failure on one page (deep nesting...) must not end the file
+        raise _Bad(f"unreadable wikitext: {type(error).__name__}: {error}") from None
     if not _has_text(lead.sentences):
         raise _Bad("empty text")
     return Doc(page_id, title, lead.sentences, source, lead.links)
