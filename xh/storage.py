@@ -128,20 +128,26 @@ def join(uri: str, *parts: str) -> str:
     return os.path.join(uri, *parts)
 
 
+# Streams carry the bytes as they are: pyarrow would otherwise (de)compress by file extension, so a
+# `.bz2` written by code that compresses itself would be compressed twice, and a truncated one would
+# fail inside pyarrow instead of reaching the reader that quarantines it.
+
+
 @contextmanager
 def open_output(uri: str, s3: S3Settings | None = None) -> Iterator[IO[bytes]]:
-    """A binary writable stream; parent folders are created for local paths."""
+    """A binary writable stream of raw bytes; parent folders are created for local paths."""
     fs, path = resolve(uri, s3)
     if isinstance(fs, pafs.LocalFileSystem):
         fs.create_dir(posixpath.dirname(path), recursive=True)
-    with fs.open_output_stream(path) as stream:
+    with fs.open_output_stream(path, compression=None) as stream:
         yield stream
 
 
 @contextmanager
 def open_input(uri: str, s3: S3Settings | None = None) -> Iterator[IO[bytes]]:
+    """A binary readable stream of the file's raw bytes."""
     fs, path = resolve(uri, s3)
-    with fs.open_input_stream(path) as stream:
+    with fs.open_input_stream(path, compression=None) as stream:
         yield stream
 
 

@@ -36,7 +36,7 @@ def test_generated_dump_on_s3_round_trips_every_true_link(ray_cluster, s3_endpoi
     found = {(title_of[r["src_doc_id"]], title_of[r["target_doc_id"]], r["anchor"], r["sentence"]) for r in links}
     truth = set()
     for k in range(written.num_shards):
-        with fs.open_input_stream(f"{TEST_BUCKET}/wiki-world/{synth.links_shard_path(k)}") as f:
+        with fs.open_input_stream(f"{TEST_BUCKET}/wiki-world/{synth.links_shard_path(k)}", compression=None) as f:
             for line in bz2.decompress(f.read()).splitlines():
                 row = json.loads(line)
                 truth.add((row["source"], row["target"], row["anchor"], row["sentence"]))
@@ -75,3 +75,36 @@ def test_real_xml_sample_matches_an_independent_count_and_one_process(ray_cluste
         loop_rows = read_table(None, tmp_path / "loop", name).to_pylist()
         key = lambda r: json.dumps(r, sort_keys=True, default=str)  # noqa: E731
         assert sorted(ray_rows, key=key) == sorted(loop_rows, key=key), name
+
+
+def test_bad_input_lands_in_quarantine_with_its_reason(ray_cluster, tmp_path):
+    good = lambda i, title: json.dumps({"id": str(i), "title": title, "text": [f"{title} is a page."],  # noqa: E731
+                                        "text_with_links": [f"{title} is a page."]})  # fmt: skip
+    lines = [
+        good(1, "One").encode(),
+        b'{"id": "2", "title": "Two", "text": ["unterminated',  # invalid json
+        json.dumps({"id": "3", "text": ["No title."], "text_with_links": ["No title."]}).encode(),  # missing title
+        json.dumps({"id": "4", "title": "Empty", "text": ["  "], "text_with_links": ["  "]}).encode(),  # empty text
+        b'{"id": "5", "title": "Caf\xe9", "text": ["x"], "text_with_links": ["x"]}',  # latin-1 byte, not UTF-8
+        good(1, "One again").encode(),  # duplicate id within the file
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.bz2").write_bytes(bz2.compress(b"\n".join(lines)))
+    # level 1 = 100 kB blocks, so the first blocks survive the cut and their docs come out
+    whole = bz2.compress("\n".join(good(i, f"Page {i}") for i in range(10, 4000)).encode(), 1)
+    (tmp_path / "in" / "b.bz2").write_bytes(whole[: len(whole) // 2])  # truncated mid-stream
+    (tmp_path / "in" / "c.bz2").write_bytes(bz2.compress(good(1, "One, third file").encode()))  # id 1 again
+
+    cfg = load_config(None, [f"wiki.inputs=['{tmp_path / 'in'}']", f"wiki.output={tmp_path / 'out'}"])
+    summary = process_wiki.run(cfg)
+    assert summary["records"] == summary["docs"] + summary["redirects"] + summary["quarantined"]
+    quarantine = read_table(None, tmp_path / "out", "quarantine").to_pylist()
+    reasons = {q["reason"].split(":")[0] for q in quarantine}
+    assert reasons == {"invalid json", "missing title", "empty text", "non-utf8 bytes", "duplicate id",
+                       "truncated bz2 stream"}  # fmt: skip
+    assert sum(q["reason"].startswith("duplicate id") for q in quarantine) == 2  # within a file, across files
+    truncated = [q for q in quarantine if q["reason"].startswith("truncated")][0]
+    assert truncated["source"].endswith("b.bz2") and truncated["position"] > 1
+    docs = read_table(None, tmp_path / "out", "docs").to_pylist()
+    assert [d["title"] for d in docs if d["doc_id"] == "1"] == ["One"]
+    assert summary["docs"] == len(docs) == 1 + truncated["position"] - 1

@@ -50,3 +50,15 @@ def test_local_round_trip_and_listing(tmp_path):
     assert list_files(str(tmp_path), suffix=".txt") == [str(tmp_path / "a" / "b" / "f.txt")]
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         list_files(str(tmp_path / "missing"))
+
+
+def test_streams_keep_bytes_as_they_are(tmp_path):
+    """No compression by file extension: a .bz2 holds exactly the bytes written."""
+    import bz2
+
+    payload = bz2.compress(b"line\n")
+    with open_output(str(tmp_path / "x.bz2")) as f:
+        f.write(payload)
+    assert (tmp_path / "x.bz2").read_bytes() == payload
+    with open_input(str(tmp_path / "x.bz2")) as f:
+        assert f.read() == payload

@@ -1,0 +1,277 @@
+"""Hyperlink expansion: the documents linked to or from the ones a question already has.
+
+Transformer-XH's HotpotQA graphs add D_exp = "documents linked to or from" the kept retrieval and
+entity-linking documents, re-ranked, top 15. `LinkGraph` holds the `links` table as a graph in both
+directions and answers, for a set of seed docs, their neighbours and how they are connected.
+
+Usage::
+
+    graph = LinkGraph.load("runs/demo/tables")               # reads <root>/links
+    graph.neighbours(["402"])                                  # every neighbour, with its anchors
+    expansion = graph.expand(["402", "17"], question_scorer=bm25_scores, top_k=15)
+    expansion.ranking                                          # "scorer" (or "connections")
+    [(d.doc_id, d.score, d.rank, d.direction) for d in expansion.docs]
+
+The rules:
+
+- A neighbour is a doc that a seed links to ("out"), that links to a seed ("in"), or both ("both").
+  Seeds themselves, links to missing pages (`missing` / null `target_doc_id`) and self-links are
+  left out; seed ids the graph does not know have no neighbours.
+- Anchors: `out_anchors` are the texts with which seeds link to the neighbour (how the seeds name
+  it: what the paper puts in a node's text), `in_anchors` those with which it links to a seed;
+  each distinct, in order of first appearance in the links table.
+- Ranking. With a `question_scorer` (a callable mapping a list of doc ids to as many scores, e.g.
+  BM25 of each doc against the question) neighbours are ranked by that score, highest first. Without
+  one, by the fallback order: number of distinct seeds connected to (the `score` reported), then
+  docs a seed links to before docs that only link to a seed (a page names what it is about; the
+  in-links of a popular page are many and mostly unrelated), then number of links with the seeds,
+  then doc id (as a string). The fallback order also breaks ties
+  between equal scorer scores, so either ranking is deterministic. Ranks start at 1.
+- `max_candidates` (default: none) caps how many neighbours reach the scorer, cut in the fallback
+  order: real Wikipedia has hub pages with 100,000s of in-links, too many to score per question.
+
+Storage: doc ids are mapped to int32 indices (in sorted doc-id order); each link is one edge in
+arrays sorted by source (target index, source index, anchor code), with CSR offsets for out-links
+and an int32 permutation for in-links. That is 16 bytes per link plus the distinct anchor strings
+and doc ids, and a query touches only its seeds' slices, so thousands of queries a second.
+
+No Ray here: a Ray driver builds one `LinkGraph` per actor (`load` once, then `expand` per question).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from xh import schemas
+from xh.storage import S3Settings, resolve
+
+__all__ = ["LinkGraph", "Neighbour", "ExpandedDoc", "Expansion", "QuestionScorer"]
+
+# Maps candidate doc ids to one score each (same order); higher is better.
+QuestionScorer = Callable[[list[str]], Sequence[float]]
+
+OUT, IN, BOTH = "out", "in", "both"
+
+
+class Neighbour(NamedTuple):
+    """A doc linked to or from the seeds."""
+
+    doc_id: str
+    direction: str  # "out" (a seed links to it), "in" (it links to a seed) or "both"
+    connections: int  # distinct seeds it is linked with
+    links: int  # links between it and the seeds, both directions
+    out_anchors: tuple[str, ...]  # anchor texts of seed -> it links
+    in_anchors: tuple[str, ...]  # anchor texts of it -> seed links
+
+
+class ExpandedDoc(NamedTuple):
+    """One row of an expansion: a candidate for D_exp."""
+
+    doc_id: str
+    score: float  # the scorer's score, or the number of connected seeds
+    rank: int  # 1 = best
+    direction: str
+    out_anchors: tuple[str, ...]
+    in_anchors: tuple[str, ...]
+
+
+class Expansion(NamedTuple):
+    docs: list[ExpandedDoc]  # the top_k, best first
+    ranking: str  # "scorer" or "connections" (the fallback order)
+    num_neighbours: int  # neighbours found before the cut to top_k
+
+
+class _Found(NamedTuple):
+    """Neighbours of a seed set as parallel arrays (doc indices, in increasing order)."""
+
+    nodes: np.ndarray
+    has_out: np.ndarray
+    has_in: np.ndarray
+    connections: np.ndarray
+    links: np.ndarray
+
+
+class LinkGraph:
+    """The hyperlink graph of a corpus, both directions, over int32 doc indices."""
+
+    def __init__(
+        self,
+        doc_ids: pa.Array,
+        edge_src: np.ndarray,
+        edge_dst: np.ndarray,
+        edge_anchor: np.ndarray,
+        anchors: pa.Array,
+    ) -> None:
+        # Edges are sorted by source; out-links of doc i are edges out_offsets[i]:out_offsets[i+1].
+        self.doc_ids = doc_ids  # index -> doc id, sorted (UTF-8 byte order = str order): found by bisection
+        self.edge_src, self.edge_dst, self.edge_anchor = edge_src, edge_dst, edge_anchor
+        self.anchors = anchors  # anchor code -> text
+        n = len(doc_ids)
+        self.out_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(edge_src, minlength=n), out=self.out_offsets[1:])
+        # In-links of doc i: edges in_edges[in_offsets[i]:in_offsets[i+1]].
+        self.in_edges = np.argsort(edge_dst, kind="stable").astype(np.int32)
+        self.in_offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(edge_dst, minlength=n), out=self.in_offsets[1:])
+
+    # --- building ----------------------------------------------------------------------------
+
+    @classmethod
+    def from_table(cls, links: pa.Table) -> "LinkGraph":
+        """Build from a `links` table (src_doc_id, target_doc_id, anchor, missing; see xh.schemas.LINKS)."""
+        found = pc.and_(pc.invert(pc.fill_null(links["missing"], True)), pc.is_valid(links["target_doc_id"]))
+        found = pc.and_(found, pc.not_equal(links["src_doc_id"], links["target_doc_id"]))
+        links = links.filter(pc.fill_null(found, False))
+        src, dst = links["src_doc_id"].combine_chunks(), links["target_doc_id"].combine_chunks()
+        codes, doc_ids = _sorted_codes(pa.chunked_array([src, dst], pa.string()))
+        edge_src, edge_dst = codes[: len(src)], codes[len(src) :]
+        anchor_codes = pc.dictionary_encode(links["anchor"].combine_chunks())
+        edge_anchor = anchor_codes.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+        order = np.argsort(edge_src, kind="stable")  # keep the table's order within a source
+        return cls(doc_ids, edge_src[order], edge_dst[order], edge_anchor[order], anchor_codes.dictionary)
+
+    @classmethod
+    def load(cls, uri: str, *, s3: S3Settings | None = None) -> "LinkGraph":
+        """Read `<uri>/links` (local or s3://)."""
+        fs, root = resolve(uri, s3)
+        columns = ["src_doc_id", "target_doc_id", "anchor", "missing"]
+        return cls.from_table(pq.read_table(f"{root}/links", filesystem=fs, schema=schemas.LINKS, columns=columns))
+
+    # --- size --------------------------------------------------------------------------------
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_ids)
+
+    @property
+    def num_links(self) -> int:
+        return len(self.edge_src)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.edge_src, self.edge_dst, self.edge_anchor, self.out_offsets, self.in_edges, self.in_offsets)
+        return sum(a.nbytes for a in arrays) + self.doc_ids.nbytes + self.anchors.nbytes
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def index_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """The index of each doc id, or -1 for ids with no links (a binary search each)."""
+        out = np.full(len(doc_ids), -1, np.int64)
+        for k, doc_id in enumerate(doc_ids):
+            i = bisect.bisect_left(self.doc_ids, doc_id, key=_as_py)
+            if i < len(self.doc_ids) and self.doc_ids[i].as_py() == doc_id:
+                out[k] = i
+        return out
+
+    def neighbours(self, seeds: Sequence[str]) -> list[Neighbour]:
+        """Every neighbour of the seeds, in doc-id order, with direction and anchors."""
+        seed_idx = self._seed_indices(seeds)
+        found = self._find(seed_idx)
+        return [self._neighbour(seed_idx, found, k) for k in range(len(found.nodes))]
+
+    def expand(
+        self,
+        seeds: Sequence[str],
+        question_scorer: QuestionScorer | None = None,
+        top_k: int = 15,
+        max_candidates: int | None = None,
+    ) -> Expansion:
+        """The `top_k` best neighbours of the seeds (see "Ranking" in the module docstring)."""
+        seed_idx = self._seed_indices(seeds)
+        found = self._find(seed_idx)
+        # Fallback order: connections desc, out-linked first, links desc, doc id asc (ids sort like indices).
+        fallback = np.lexsort((found.nodes, -found.links, ~found.has_out, -found.connections))
+        if max_candidates is not None:
+            fallback = fallback[:max_candidates]
+        if question_scorer is None:
+            order, scores, ranking = fallback, found.connections.astype(np.float64), "connections"
+        else:
+            scores = np.full(len(found.nodes), np.nan)
+            candidates = self.doc_ids.take(pa.array(found.nodes[fallback], pa.int64())).to_pylist()
+            given = np.asarray(question_scorer(candidates), dtype=np.float64)
+            if given.shape != (len(fallback),):
+                raise ValueError(f"question_scorer returned {given.shape} scores for {len(fallback)} doc ids")
+            scores[fallback] = given
+            # Stable sort on -score keeps the fallback order among equal scores.
+            order, ranking = fallback[np.argsort(-given, kind="stable")], "scorer"
+        docs = []
+        for rank, k in enumerate(order[:top_k], start=1):
+            n = self._neighbour(seed_idx, found, int(k))
+            docs.append(ExpandedDoc(n.doc_id, float(scores[k]), rank, n.direction, n.out_anchors, n.in_anchors))
+        return Expansion(docs, ranking, len(found.nodes))
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _seed_indices(self, seeds: Sequence[str]) -> np.ndarray:
+        idx = self.index_of(list(dict.fromkeys(seeds)))
+        return np.unique(idx[idx >= 0])
+
+    def _out_edges(self, i: int) -> np.ndarray:
+        return np.arange(self.out_offsets[i], self.out_offsets[i + 1])
+
+    def _in_edges(self, i: int) -> np.ndarray:
+        return self.in_edges[self.in_offsets[i] : self.in_offsets[i + 1]]
+
+    def _find(self, seed_idx: np.ndarray) -> _Found:
+        """Neighbours of the seeds, with direction flags and connection counts."""
+        empty = np.empty(0, np.int64)
+        outs, ins, per_seed = [empty], [empty], [empty]
+        for s in seed_idx:
+            out_nodes = self.edge_dst[self._out_edges(s)]
+            in_nodes = self.edge_src[self._in_edges(s)]
+            outs.append(out_nodes)
+            ins.append(in_nodes)
+            per_seed.append(np.unique(np.concatenate([out_nodes, in_nodes])))
+        outs, ins = np.concatenate(outs), np.concatenate(ins)
+        nodes, links = np.unique(np.concatenate([outs, ins]), return_counts=True)
+        keep = ~np.isin(nodes, seed_idx)
+        nodes, links = nodes[keep], links[keep]
+        linked_seeds, connections = np.unique(np.concatenate(per_seed), return_counts=True)
+        return _Found(
+            nodes=nodes,
+            has_out=np.isin(nodes, outs),
+            has_in=np.isin(nodes, ins),
+            connections=connections[np.searchsorted(linked_seeds, nodes)] if len(nodes) else empty,
+            links=links,
+        )
+
+    def _neighbour(self, seed_idx: np.ndarray, found: _Found, k: int) -> Neighbour:
+        node = found.nodes[k]
+        direction = BOTH if found.has_out[k] and found.has_in[k] else OUT if found.has_out[k] else IN
+        # seed -> node: node's in-edges whose source is a seed; node -> seed: its out-edges to seeds.
+        in_edges = self._in_edges(node)
+        out_anchor_codes = self.edge_anchor[in_edges[np.isin(self.edge_src[in_edges], seed_idx)]]
+        out_edges = self._out_edges(node)
+        in_anchor_codes = self.edge_anchor[out_edges[np.isin(self.edge_dst[out_edges], seed_idx)]]
+        return Neighbour(
+            doc_id=self.doc_ids[int(node)].as_py(),
+            direction=direction,
+            connections=int(found.connections[k]),
+            links=int(found.links[k]),
+            out_anchors=self._anchor_texts(out_anchor_codes),
+            in_anchors=self._anchor_texts(in_anchor_codes),
+        )
+
+    def _anchor_texts(self, codes: np.ndarray) -> tuple[str, ...]:
+        return tuple(self.anchors[int(c)].as_py() for c in dict.fromkeys(codes.tolist()))
+
+
+def _as_py(scalar: pa.Scalar):
+    return scalar.as_py()
+
+
+def _sorted_codes(values: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """Codes of string values in a sorted dictionary: (int32 code per value, sorted distinct values)."""
+    encoded = pc.dictionary_encode(values.combine_chunks())
+    dictionary = encoded.dictionary
+    order = pc.array_sort_indices(dictionary).to_numpy()
+    rank = np.empty(len(order), np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)] if len(encoded) else np.empty(0, np.int32)
+    return codes, dictionary.take(pa.array(order))
