@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Callable, Sequence
 
 from xh.config import ConfigError, XHConfig, from_argv
@@ -11,6 +12,11 @@ from xh.storage import S3Settings
 
 # Errors a user can fix by changing a flag or a path: one line, exit code 2, no traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError)
+
+
+def log(stage: str, message: str) -> None:
+    """Progress on stderr (stdout carries the JSON summary line)."""
+    print(f"{time.strftime('%H:%M:%S')} [{stage}] {message}", file=sys.stderr, flush=True)
 
 
 def s3_settings(cfg: XHConfig) -> S3Settings:

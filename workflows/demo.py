@@ -8,6 +8,7 @@ generated data. Stages run in order, each reading what the previous one wrote:
     synth         generate the mini-Wikipedia world (shards in parallel on Ray)
     process_wiki  its HotpotQA-format dump -> docs / links / redirects / anchors / quarantine (Ray Data)
     check         the tables against the generator's ground truth (every page and every hyperlink)
+    retrieve      BM25 index, candidates for the world's questions (BM25, entity links, expansion), recall
 
 One MLflow run records the config (flattened), each stage's counts and seconds, and the summary.
 """
@@ -20,7 +21,7 @@ import time
 
 import pyarrow.dataset as pads
 
-from workflows import process_wiki, synth
+from workflows import process_wiki, retrieve, synth
 from workflows.common import init_ray, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import join, open_input, resolve
@@ -71,15 +72,33 @@ def run(cfg: XHConfig) -> dict:
             stages[name] = step()
             mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
         stages["check"] = check_against_truth(cfg, stages["synth"], stages["process_wiki"])
-        numeric = {
-            f"{stage}.{key}": value
-            for stage, result in stages.items()
-            for key, value in result.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        }
+        start = time.perf_counter()
+        stages["retrieve"] = retrieve.run(_retrieve_config(cfg))
+        mlflow.log_metric("retrieve.seconds", time.perf_counter() - start)
+        numeric = {key: value for key, value in flatten_numbers(stages).items()}
         mlflow.log_metrics(numeric)
         mlflow.log_dict(stages, "summary.json")
     return {"mlflow_run_id": run_info.info.run_id, **stages}
+
+
+def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:
+    """The numbers of a nested summary as dotted MLflow metric names (`retrieve.eval.all.supp_recall@2`)."""
+    out: dict[str, float] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}".replace("@", "_at_")
+        if isinstance(value, dict):
+            out.update(flatten_numbers(value, name + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def _retrieve_config(cfg: XHConfig) -> XHConfig:
+    """The demo retrieves for the world's own questions unless a question file was given."""
+    if cfg.retrieve.questions:
+        return cfg
+    questions = join(synth.world_uri(cfg), "hotpot", "questions.json")
+    return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"questions": questions})})
 
 
 def _wiki_config(cfg: XHConfig) -> XHConfig:

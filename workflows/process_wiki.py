@@ -22,7 +22,7 @@ import json
 import time
 from typing import Callable
 
-from workflows.common import init_ray, main, s3_settings
+from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import join, open_output
 from xh.wiki import process
@@ -63,6 +63,7 @@ def run(cfg: XHConfig) -> dict:
     init_ray(cfg)
     start = time.perf_counter()
 
+    log("wiki", f"reading {len(files)} {wiki.format} file(s) with {min(wiki.workers, len(files))} worker(s) -> {output}")
     items = [{"path": path, "file_index": index} for index, path in enumerate(files)]
     per_file = (
         ray.data.from_items(items, override_num_blocks=len(items))
@@ -76,11 +77,14 @@ def run(cfg: XHConfig) -> dict:
         .take_all()
     )
     read_seconds = time.perf_counter() - start
+    log("wiki", f"read {sum(f['records'] for f in per_file):,} records in {read_seconds:.1f} s; resolving titles")
 
     parts, rows, cpus = wiki.partitions, wiki.rows_per_file, wiki.cpus_per_worker
     titles = _over(range(parts), lambda p: process.resolve_titles(output, p, parts, rows, s3), cpus)
     first_file = {d: f for r in titles for d, f in r["first_file"].items()}  # duplicated ids only: small
+    log("wiki", "resolving links")
     links = _over(range(parts), lambda p: process.resolve_links(output, p, parts, rows, first_file, s3), cpus)
+    log("wiki", "counting anchors")
     _over(range(parts), lambda p: process.count_anchors(output, p, rows, s3), cpus)
     duplicates = sum(
         process.drop_duplicate_docs(output, k, later, files[k], rows, s3)

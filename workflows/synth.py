@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from workflows.common import init_ray, main, s3_settings
+from workflows.common import init_ray, log, main, s3_settings
 from xh import synth
 from xh.config import XHConfig
 from xh.storage import join
@@ -37,7 +37,10 @@ def run(cfg: XHConfig) -> dict:
             spec, shard, synth.output_under(root, s3), docs_per_shard=per_shard, fever_pages=cfg.synth.fever_pages
         )
 
-    shards = ray.get([write_shard.remote(k) for k in range(synth.num_shards(spec, per_shard))])
+    count = synth.num_shards(spec, per_shard)
+    log("synth", f"writing {spec.num_docs:,} pages in {count} shard(s) -> {root}")
+    shards = ray.get([write_shard.remote(k) for k in range(count)])
+    log("synth", "writing questions and claims")
     summary = synth.write_tasks_and_summary(
         spec,
         synth.output_under(root, s3),

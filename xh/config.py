@@ -70,12 +70,33 @@ class WikiConfig(Section):
     partitions: int = Field(8, ge=1, description="hash partitions for resolving titles, links and anchors")
 
 
+class RetrieveConfig(Section):
+    questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
+    tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
+    index: str | None = Field(None, description="BM25 index; default <storage.root>/index/bm25")
+    output: str | None = Field(None, description="default <storage.root>/retrieval (questions, candidates, quarantine)")
+    shards: int = Field(4, ge=1, description="BM25 index shards (by doc range)")
+    index_titles: bool = Field(True, description="index 'title + paragraph' rather than the paragraph alone")
+    workers: int = Field(2, ge=1, description="query actors, each holding the index, linker and link graph")
+    # fractional by default: actors holding every CPU starve the Parquet read task that feeds them
+    cpus_per_worker: float = Field(0.5, gt=0)
+    batch_size: int = Field(256, ge=1, description="questions per actor call")
+    ir_candidates: int = Field(100, ge=1, description="BM25 top-k (paper: 100)")
+    ir_keep: int = Field(2, ge=0, description="BM25 candidates a graph keeps (paper: 2)")
+    el_per_surface: int = Field(1, ge=1, description="entities kept per linked surface form (paper: 1)")
+    el_max_ngram: int = Field(6, ge=1)
+    el_min_commonness: float = Field(0.0, ge=0.0, le=1.0)
+    expansion_keep: int = Field(15, ge=0, description="expanded documents kept (paper: 15)")
+    expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
+
+
 class XHConfig(Section):
     storage: StorageConfig = StorageConfig()
     ray: RayConfig = RayConfig()
     mlflow: MlflowConfig = MlflowConfig()
     synth: SynthConfig = SynthConfig()
     wiki: WikiConfig = WikiConfig()
+    retrieve: RetrieveConfig = RetrieveConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
@@ -83,7 +104,8 @@ COMMON = ("storage", "ray", "mlflow")
 STAGES: dict[str, tuple[str, ...]] = {
     "synth": COMMON + ("synth",),
     "wiki": COMMON + ("wiki",),
-    "demo": COMMON + ("synth", "wiki"),
+    "retrieve": COMMON + ("retrieve",),
+    "demo": COMMON + ("synth", "wiki", "retrieve"),
 }
 
 

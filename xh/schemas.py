@@ -8,6 +8,8 @@ writes a table casts to the schema here; a stage that reads one can rely on it.
     redirects   one row per redirect page
     anchors     surface form -> doc -> count: the statistics of a commonness entity linker
     quarantine  every input record that could not be read, with where it was and why
+    questions   HotpotQA questions (with answers and supporting facts when known)
+    candidates  per question, the documents retrieval proposes: BM25 (ir), entity links (el), expansion (exp)
 """
 
 from __future__ import annotations
@@ -57,6 +59,31 @@ QUARANTINE = pa.schema(
         pa.field("position", pa.int64(), nullable=False),  # line number, page number or row index
         pa.field("reason", pa.string(), nullable=False),
         pa.field("raw", pa.string(), nullable=False),  # the record, truncated to RAW_LIMIT characters
+    ]
+)
+
+SUPPORTING_FACT = pa.struct([pa.field("title", pa.string()), pa.field("sent", pa.int32())])
+
+QUESTIONS = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),
+        pa.field("question", pa.string(), nullable=False),
+        pa.field("answer", pa.string()),  # null for new questions
+        pa.field("type", pa.string()),  # bridge / comparison; null when unknown
+        pa.field("level", pa.string()),
+        pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # titles normalised
+    ]
+)
+
+CANDIDATES = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # ir (BM25), el (entity link), exp (hyperlink expansion)
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),  # within its source, 0-based
+        pa.field("ranker", pa.string(), nullable=False),  # what ordered it: bm25, commonness, reranker, links
+        pa.field("surface", pa.string()),  # el only: the question text linked to the doc
     ]
 )
 

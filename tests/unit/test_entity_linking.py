@@ -86,7 +86,8 @@ def test_the_longest_match_wins():
             ("bay", "b", 5),
         )
     )
-    assert linked(linker, "Who founded Mount Linstone State University?") == [("Mount Linstone State University", "uni")]
+    question = "Who founded Mount Linstone State University?"
+    assert linked(linker, question) == [("Mount Linstone State University", "uni")]
     assert linked(linker, "Is Mount Linstone a State University town?") == [
         ("Mount Linstone", "city"), ("State University", "generic")
     ]  # fmt: skip

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
+from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import ExpandedDoc, LinkGraph, Neighbour
 
 pytestmark = pytest.mark.unit
@@ -64,7 +65,8 @@ def test_fallback_order_is_connections_then_out_links_then_links_then_doc_id(gra
     graph = LinkGraph.from_table(graph_table)
     expansion = graph.expand(["A", "C"])
     assert expansion.ranking == "connections" and expansion.num_neighbours == 2
-    assert [(d.doc_id, d.score, d.rank, d.direction) for d in expansion.docs] == [("D", 2.0, 1, "both"), ("B", 1.0, 2, "both")]
+    rows = [(d.doc_id, d.score, d.rank, d.direction) for d in expansion.docs]
+    assert rows == [("D", 2.0, 1, "both"), ("B", 1.0, 2, "both")]
     # One seed: B (out and in, 3 links) and C (out) before D (in only); top_k cuts.
     assert [d.doc_id for d in graph.expand(["A"]).docs] == ["B", "C", "D"]
     assert [d.doc_id for d in graph.expand(["A"], top_k=2).docs] == ["B", "C"]
@@ -102,7 +104,8 @@ def test_compact_storage_and_load_from_parquet_equals_from_table(graph_table, tm
     for name in ("edge_src", "edge_dst", "edge_anchor", "out_offsets", "in_edges", "in_offsets"):
         assert np.array_equal(getattr(loaded, name), getattr(built, name)), name
     assert loaded.doc_ids.equals(built.doc_ids) and loaded.anchors.equals(built.anchors)
-    assert {loaded.edge_src.dtype, loaded.edge_dst.dtype, loaded.edge_anchor.dtype, loaded.in_edges.dtype} == {np.dtype("int32")}
+    for name in ("edge_src", "edge_dst", "edge_anchor", "in_edges"):
+        assert getattr(loaded, name).dtype == np.int32, name
     assert list(loaded.index_of(["A", "F", "nope", ""])) == [0, 5, -1, -1]
     assert loaded.expand(["A", "C"]) == built.expand(["A", "C"])
     empty = LinkGraph.from_table(schemas.LINKS.empty_table())
@@ -148,7 +151,8 @@ def test_generated_world_expansion_reaches_the_second_hop(world):
         assert {n.doc_id for n in graph.neighbours([seed])} == expected - {seed}
 
     bridge = [q for q in questions if q["type"] == "bridge"]
-    reached = in_top15 = in_top15_scored = 0
+    linker = EntityLinker.load(str(tables))
+    reached = in_top15 = in_top15_scored = from_linked = 0
     for q in bridge:
         gold = list(dict.fromkeys(t for t, _ in q["supporting_facts"]))
         text = q["question"].lower()
@@ -159,13 +163,19 @@ def test_generated_world_expansion_reaches_the_second_hop(world):
         in_top15 += second in {d.doc_id for d in graph.expand(seeds, top_k=15).docs}
         scored = graph.expand(seeds, question_scorer=word_overlap_scorer(docs, q["question"]), top_k=15)
         in_top15_scored += second in {d.doc_id for d in scored.docs}
+        # As the pipeline does it: seeds are the docs the entity linker finds in the question.
+        linked = [link.doc_id for link in linker.link(q["question"])]
+        scorer = word_overlap_scorer(docs, q["question"])
+        from_linked += second in {d.doc_id for d in graph.expand(linked, question_scorer=scorer, top_k=15).docs}
     n = len(bridge)
     print(
         f"\nexpansion on synth world ({graph.num_docs} docs, {graph.num_links} links, {graph.nbytes} bytes) from the "
         f"gold first hop of {n} bridge questions: second hop among neighbours {reached / n:.3f}, "
-        f"in top 15 (fallback order) {in_top15 / n:.3f}, in top 15 (word-overlap scorer) {in_top15_scored / n:.3f}"
+        f"in top 15 (fallback order) {in_top15 / n:.3f}, in top 15 (word-overlap scorer) {in_top15_scored / n:.3f}; "
+        f"from the entity linker's docs instead, in top 15 (scorer) {from_linked / n:.3f}"
     )
     assert n >= 30
     assert reached / n >= 0.95
     assert in_top15 / n >= 0.9
     assert in_top15_scored / n >= 0.9
+    assert from_linked / n >= 0.85

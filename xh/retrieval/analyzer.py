@@ -147,7 +147,8 @@ class Analyzer:
         )
         if analyzer.settings() != settings:
             raise AnalyzerMismatchError(
-                f"cannot rebuild the analyzer {settings} with this code (installed: {analyzer.settings()['stemmer_library']})"
+                f"cannot rebuild the analyzer {settings} with this code "
+                f"(installed: {analyzer.settings()['stemmer_library']})"
             )
         return analyzer
 

@@ -1,0 +1,231 @@
+"""Retrieval on Ray: build the sharded BM25 index, assemble candidates, evaluate them.
+
+    xh retrieve index  --set retrieve.shards=8                 # docs table -> BM25 shards + manifest
+    xh retrieve run    --questions hotpot.json                 # questions -> candidates (ir, el, exp)
+    xh retrieve eval                                           # Supp / Ans recall of those candidates
+    python -m workflows.retrieve --config my.yaml              # all three
+
+Index: the `docs` table's files are cut into `retrieve.shards` contiguous doc ranges; Ray Data
+tasks analyze each range twice — once for its partial corpus statistics (merged on the driver into
+the corpus-wide N, avgdl and df that make every shard score exactly like one index), once to build
+and save its shard. Candidates: the questions stream through an actor pool whose actors each load
+the shards, the entity linker and the link graph once (`xh.retrieval.candidates.Retriever`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from workflows.common import init_ray, log, main, s3_settings
+from xh import schemas
+from xh.config import XHConfig
+from xh.questions import read_hotpot_questions
+from xh.retrieval.candidates import INDEX_MANIFEST, Retriever, RetrievalSettings, shard_path
+from xh.retrieval.evaluate import retrieval_report
+from xh.storage import join, list_files, open_output, resolve
+
+
+def _paths(cfg: XHConfig) -> dict[str, str]:
+    r, root = cfg.retrieve, cfg.storage.root
+    return {
+        "tables": r.tables or join(root, "tables"),
+        "index": r.index or join(root, "index", "bm25"),
+        "output": r.output or join(root, "retrieval"),
+    }
+
+
+def _doc_ranges(docs_uri: str, shards: int, s3) -> list[dict]:
+    """The docs table cut into `shards` contiguous doc ranges of about equal size.
+
+    A range is a list of pieces `[file, first row, stop row]`; corpus order is file order, then row order.
+    """
+    files = list_files(docs_uri, s3, suffix=".parquet")
+    fs, _ = resolve(docs_uri, s3)
+    rows = [pq.read_metadata(resolve(f, s3)[1], filesystem=fs).num_rows for f in files]
+    total = sum(rows)
+    bounds = [round(total * k / shards) for k in range(shards + 1)]
+    ranges = []
+    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+        pieces, offset = [], 0
+        for f, n in zip(files, rows):
+            first, stop = max(lo, offset), min(hi, offset + n)
+            if first < stop:
+                pieces.append([f, first - offset, stop - offset])
+            offset += n
+        if pieces:
+            ranges.append({"shard": len(ranges), "pieces": pieces, "doc_start": lo, "num_docs": hi - lo})
+    return ranges
+
+
+def _analyzed(pieces: list, titles: bool, s3) -> tuple[list[str], list[list[str]]]:
+    from xh.retrieval.analyzer import Analyzer
+
+    fs, _ = resolve(pieces[0][0], s3)
+    table = pa.concat_tables(
+        pq.read_table(resolve(f, s3)[1], filesystem=fs, columns=["doc_id", "title", "text"]).slice(first, stop - first)
+        for f, first, stop in pieces
+    )
+    texts = table["text"].to_pylist()
+    if titles:
+        texts = [f"{t}. {x}" for t, x in zip(table["title"].to_pylist(), texts)]
+    return table["doc_id"].to_pylist(), Analyzer().analyze_batch(texts)
+
+
+def build_index(cfg: XHConfig) -> dict:
+    import ray
+    import ray.data
+
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+
+    s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
+    init_ray(cfg)
+    start = time.perf_counter()
+    ranges = _doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
+    if not ranges or not sum(g["num_docs"] for g in ranges):
+        raise FileNotFoundError(f"no documents under {paths['tables']}/docs: run `xh wiki process` first")
+    log("retrieve", f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {paths['index']}")
+
+    def over_ranges(fn):
+        """`fn(range)` for each doc range, one Ray Data task each (ranges travel as JSON)."""
+        ds = ray.data.from_items([{"range": json.dumps(g)} for g in ranges], override_num_blocks=len(ranges))
+        out = ds.map_batches(lambda b: {"out": [json.dumps(fn(json.loads(b["range"][0])))]}, batch_size=1, num_cpus=1)
+        return [json.loads(row["out"]) for row in out.take_all()]
+
+    def partial_stats(group: dict) -> dict:
+        _, tokens = _analyzed(list(group["pieces"]), r.index_titles, s3)
+        stats = CorpusStats.from_token_lists(tokens)
+        return {"num_docs": stats.num_docs, "total_length": stats.total_length, "doc_freqs": stats.doc_freqs}
+
+    stats = CorpusStats.merge(CorpusStats(**part) for part in over_ranges(partial_stats))
+    stats_ref = ray.put(stats)
+
+    def build_shard(group: dict) -> dict:
+        doc_ids, tokens = _analyzed(list(group["pieces"]), r.index_titles, s3)
+        shard = BM25Shard.build(doc_ids, tokens, ray.get(stats_ref), doc_start=int(group["doc_start"]))
+        shard.save(join(paths["index"], shard_path(int(group["shard"]))), s3)
+        return {"path": shard_path(int(group["shard"])), "doc_start": shard.doc_start, "doc_stop": shard.doc_stop}
+
+    shards = sorted(over_ranges(build_shard), key=lambda s: s["doc_start"])
+    analyzer = Analyzer()
+    manifest = {
+        "analyzer": {"fingerprint": analyzer.fingerprint(), "settings": analyzer.settings()},
+        "stats": stats.summary(),
+        "index_titles": r.index_titles,
+        "docs": paths["tables"],
+        "shards": shards,
+    }
+    with open_output(join(paths["index"], INDEX_MANIFEST), s3) as f:
+        f.write(json.dumps(manifest, indent=1).encode())
+    return {"index": paths["index"], "docs": stats.num_docs, "shards": len(shards),
+            "vocabulary": len(stats.doc_freqs), "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+
+
+class _QueryActor:
+    """Ray Data actor: loads the retriever once, then turns question batches into candidate rows."""
+
+    def __init__(self, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3):
+        self.retriever = Retriever.load(index_uri, tables_uri, settings, s3)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = self.retriever.candidates(batch["qid"].to_pylist(), batch["question"].to_pylist())
+        return pa.Table.from_pylist(rows, schema=schemas.CANDIDATES)
+
+
+def settings_of(cfg: XHConfig) -> RetrievalSettings:
+    r = cfg.retrieve
+    return RetrievalSettings(
+        ir_candidates=r.ir_candidates, ir_keep=r.ir_keep, el_per_surface=r.el_per_surface,
+        el_max_ngram=r.el_max_ngram, el_min_commonness=r.el_min_commonness, expansion_keep=r.expansion_keep,
+        expansion_max_neighbours=r.expansion_max_neighbours,
+    )  # fmt: skip
+
+
+def write_questions(cfg: XHConfig) -> dict:
+    """The question file -> `<output>/questions` (and bad records -> `<output>/quarantine`)."""
+    s3, paths = s3_settings(cfg), _paths(cfg)
+    if not cfg.retrieve.questions:
+        raise FileNotFoundError("no questions given: set retrieve.questions (or pass --questions)")
+    rows, quarantined = read_hotpot_questions(cfg.retrieve.questions, s3)
+    fs, out = resolve(paths["output"], s3)
+    for name, schema, table_rows in (("questions", schemas.QUESTIONS, rows), ("quarantine", schemas.QUARANTINE, quarantined)):
+        fs.create_dir(f"{out}/{name}", recursive=True)
+        fs.delete_dir_contents(f"{out}/{name}")
+        pq.write_table(pa.Table.from_pylist(table_rows, schema=schema), f"{out}/{name}/part-00000.parquet", filesystem=fs)
+    return {"questions": len(rows), "quarantined": len(quarantined)}
+
+
+def retrieve(cfg: XHConfig) -> dict:
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
+    index_fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
+    if index_fs.get_file_info(manifest).type.name == "NotFound":  # say so here, not from inside an actor
+        raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
+    init_ray(cfg)
+    start = time.perf_counter()
+    fs, out = resolve(paths["output"], s3)
+    # Every task around the actor pool asks for a fraction of a CPU: with actors spread over small
+    # nodes, a task wanting a whole CPU finds no node with one free and waits for ever. Questions are
+    # small next to the corpus, so the driver reads them and hands them over as blocks (no read task).
+    table = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table(columns=["qid", "question"])
+    step = max(r.batch_size, -(-table.num_rows // (r.workers * 4)))
+    questions = ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)])
+    log("retrieve", f"retrieving candidates for {table.num_rows:,} questions with {r.workers} actor(s)")
+    candidates = questions.map_batches(
+        _QueryActor,
+        batch_size=r.batch_size,
+        batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=r.workers),
+        num_cpus=r.cpus_per_worker,
+        fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), s3),
+    )
+    fs.create_dir(f"{out}/candidates", recursive=True)
+    fs.delete_dir_contents(f"{out}/candidates")
+    candidates.write_parquet(f"{out}/candidates", filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    table = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table(columns=["qid", "source"])
+    counts = table.group_by("source").aggregate([("qid", "count")]).to_pylist()
+    return {
+        "candidates": {row["source"]: row["qid_count"] for row in counts},
+        "ranker": "bm25 / commonness (no trained re-ranker)",
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def evaluate(cfg: XHConfig) -> dict:
+    """Table 6's measures for the candidates of the questions that have supporting facts."""
+    s3, paths = s3_settings(cfg), _paths(cfg)
+    fs, out = resolve(paths["output"], s3)
+    questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
+    candidates = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table().to_pylist()
+    wanted = pa.array(sorted({c["doc_id"] for c in candidates}), pa.string())
+    tables_fs, tables = resolve(paths["tables"], s3)
+    docs = pads.dataset(f"{tables}/docs", filesystem=tables_fs, format="parquet").to_table(
+        columns=["doc_id", "title", "text"], filter=pads.field("doc_id").isin(wanted)
+    )
+    by_id = {d: (t, x) for d, t, x in zip(*(docs[c].to_pylist() for c in ("doc_id", "title", "text")))}
+    report = retrieval_report(questions, candidates, by_id, ir_keep=cfg.retrieve.ir_keep)
+    with open_output(join(paths["output"], "eval.json"), s3) as f:
+        f.write(json.dumps(report, indent=1).encode())
+    return report
+
+
+def run(cfg: XHConfig) -> dict:
+    """Index (when there is none), questions, candidates and their evaluation."""
+    s3, paths = s3_settings(cfg), _paths(cfg)
+    fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
+    summary = {"index": build_index(cfg) if fs.get_file_info(manifest).type.name == "NotFound" else "existing"}
+    summary["questions"] = write_questions(cfg)
+    summary["retrieve"] = retrieve(cfg)
+    summary["eval"] = evaluate(cfg)
+    return summary
+
+
+if __name__ == "__main__":
+    main("retrieve", run)
