@@ -151,15 +151,23 @@ def open_input(uri: str, s3: S3Settings | None = None) -> Iterator[IO[bytes]]:
         yield stream
 
 
+def list_paths(fs: pafs.FileSystem, path: str) -> list[str]:
+    """All files at or under a filesystem path (recursively), sorted."""
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    if info.type == pafs.FileType.File:
+        return [path]
+    selector = pafs.FileSelector(path, recursive=True)
+    return sorted(i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File)
+
+
 def list_files(uri: str, s3: S3Settings | None = None, suffix: str = "") -> list[str]:
     """All files under a URI (recursively), as URIs of the same scheme, sorted."""
     fs, path = resolve(uri, s3)
-    info = fs.get_file_info(path)
-    if info.type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"no such file or folder: {uri}")
-    if info.type == pafs.FileType.File:
-        found = [path]
-    else:
-        found = [i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.type == pafs.FileType.File]
+    try:
+        found = list_paths(fs, path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file or folder: {uri}") from None
     prefix = "s3://" if is_s3(uri) else ""
-    return sorted(prefix + p for p in found if p.endswith(suffix))
+    return [prefix + p for p in found if p.endswith(suffix)]

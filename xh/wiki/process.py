@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.storage import S3Settings, list_files, open_input, resolve
+from xh.storage import S3Settings, list_files, list_paths, open_input, resolve
 from xh.wiki.readers import ReadCounts, read_records
 
 TABLES = ("docs", "links", "redirects", "anchors", "quarantine")
@@ -127,21 +127,12 @@ class PartitionedWriter:
 def read_folder(fs, folder: str, schema: pa.Schema) -> pa.Table:
     """All Parquet files under a folder as one table; an absent or empty folder is an empty table."""
     try:
-        files = [f for f in list_files_fs(fs, folder) if f.endswith(".parquet")]
+        files = [f for f in list_paths(fs, folder) if f.endswith(".parquet")]
     except FileNotFoundError:
         files = []
     if not files:
         return schema.empty_table()
     return pa.concat_tables(pq.read_table(f, filesystem=fs, schema=schema) for f in files)
-
-
-def list_files_fs(fs, folder: str) -> list[str]:
-    import pyarrow.fs as pafs
-
-    if fs.get_file_info(folder).type == pafs.FileType.NotFound:
-        raise FileNotFoundError(folder)
-    selector = pafs.FileSelector(folder, recursive=True)
-    return sorted(i.path for i in fs.get_file_info(selector) if i.type == pafs.FileType.File)
 
 
 # --- half 1: one input file --------------------------------------------------------------------
@@ -286,7 +277,7 @@ def drop_duplicate_docs(
     """Rewrite the docs of one input file without the later copies `later` [(doc_id, position)]; quarantine them."""
     fs, root = resolve(output, s3)
     stem = f"part-{file_index:05d}"
-    paths = [p for p in list_files_fs(fs, f"{root}/docs") if p.rsplit("/", 1)[-1].startswith(stem)]
+    paths = [p for p in list_paths(fs, f"{root}/docs") if p.rsplit("/", 1)[-1].startswith(stem)]
     docs = pa.concat_tables(pq.read_table(p, filesystem=fs, schema=schemas.DOCS) for p in paths)
     drop = {doc_id for doc_id, _ in later}
     docs = docs.filter(pc.invert(pc.is_in(docs["doc_id"], pa.array(sorted(drop), pa.string()))))
@@ -338,7 +329,7 @@ def finish(output: str, s3: S3Settings | None = None) -> None:
     fs, root = resolve(output, s3)
     fs.delete_dir(f"{root}/{STAGING}")
     for name in TABLES:
-        if not list_files_fs(fs, f"{root}/{name}"):
+        if not list_paths(fs, f"{root}/{name}"):
             pq.write_table(schemas.TABLES[name].empty_table(), f"{root}/{name}/empty.parquet", filesystem=fs)
 
 
