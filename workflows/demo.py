@@ -75,8 +75,7 @@ def run(cfg: XHConfig) -> dict:
         start = time.perf_counter()
         stages["retrieve"] = retrieve.run(_retrieve_config(cfg))
         mlflow.log_metric("retrieve.seconds", time.perf_counter() - start)
-        numeric = {key: value for key, value in flatten_numbers(stages).items()}
-        mlflow.log_metrics(numeric)
+        mlflow.log_metrics(flatten_numbers(stages))
         mlflow.log_dict(stages, "summary.json")
     return {"mlflow_run_id": run_info.info.run_id, **stages}
 

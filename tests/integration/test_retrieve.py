@@ -5,7 +5,7 @@ import json
 import pyarrow.dataset as pads
 import pytest
 
-from workflows import process_wiki, retrieve
+from workflows import retrieve
 from xh import synth
 from xh.config import load_config
 from xh.retrieval.bm25 import ShardFileError

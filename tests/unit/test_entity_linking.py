@@ -7,7 +7,6 @@ see them.
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pyarrow as pa
@@ -200,20 +199,12 @@ def test_load_from_parquet_equals_from_tables(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A synth world (800 docs, 60 questions) and its tables, built by xh.wiki.process in this process."""
-    from xh import synth
-    from xh.wiki import process
-
-    tmp = tmp_path_factory.mktemp("el-world")
-    spec = synth.WorldSpec(num_docs=800, seed=3)
-    synth.write_world(spec, synth.output_under(str(tmp / "world")), docs_per_shard=200, num_questions=60, num_claims=5)
-    files = process.input_files([str(tmp / "world" / "wiki")], "hotpot")
-    process.process_in_process("hotpot", files, str(tmp / "tables"), partitions=4)
-    questions = json.loads((tmp / "world" / "hotpot" / "questions.json").read_text())
-    docs = pq.read_table(tmp / "tables" / "docs", columns=["doc_id", "title"])
+def world(synth_tables):
+    """The shared generated world's tables and questions, plus title -> doc id."""
+    tables, questions = synth_tables
+    docs = pq.read_table(tables / "docs", columns=["doc_id", "title"])
     doc_of_title = dict(zip(docs["title"].to_pylist(), docs["doc_id"].to_pylist()))
-    return tmp / "tables", questions, doc_of_title
+    return tables, questions, doc_of_title
 
 
 def named_in_question(question: dict) -> tuple[str, str]:

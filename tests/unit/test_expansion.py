@@ -3,7 +3,6 @@ recall of the second hop on a generated world (figures printed; run with `-s` to
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
@@ -116,18 +115,8 @@ def test_compact_storage_and_load_from_parquet_equals_from_table(graph_table, tm
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """A synth world (800 docs, 60 questions) and its tables, built by xh.wiki.process in this process."""
-    from xh import synth
-    from xh.wiki import process
-
-    tmp = tmp_path_factory.mktemp("exp-world")
-    spec = synth.WorldSpec(num_docs=800, seed=3)
-    synth.write_world(spec, synth.output_under(str(tmp / "world")), docs_per_shard=200, num_questions=60, num_claims=5)
-    files = process.input_files([str(tmp / "world" / "wiki")], "hotpot")
-    process.process_in_process("hotpot", files, str(tmp / "tables"), partitions=4)
-    questions = json.loads((tmp / "world" / "hotpot" / "questions.json").read_text())
-    return tmp / "tables", questions
+def world(synth_tables):
+    return synth_tables
 
 
 def word_overlap_scorer(docs: pa.Table, question: str):

@@ -72,6 +72,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.retrieval.arrays import sorted_codes
 from xh.storage import S3Settings, resolve
 
 __all__ = [
@@ -231,7 +232,7 @@ class EntityLinker:
 
         keys = np.concatenate(parts_keys) if parts_keys else np.empty(0, np.uint64)
         counts = np.concatenate(parts_counts) if parts_counts else np.empty(0, np.float64)
-        doc_index, doc_ids = _sorted_codes(pa.chunked_array(parts_docs, pa.string()))
+        doc_index, doc_ids = sorted_codes(pa.chunked_array(parts_docs, pa.string()))
         return cls._from_arrays(keys, doc_index, counts, doc_ids, rules)
 
     @classmethod
@@ -374,14 +375,3 @@ def _longest_first(candidates: list[_Candidate]) -> list[_Candidate]:
         if all(c.end <= k.start or c.start >= k.end for k in kept):
             kept.append(c)
     return kept
-
-
-def _sorted_codes(values: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Codes of string values in a sorted dictionary: (int32 code per value, sorted distinct values)."""
-    encoded = pc.dictionary_encode(values.combine_chunks())
-    dictionary = encoded.dictionary
-    order = pc.array_sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order), np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)] if len(encoded) else np.empty(0, np.int32)
-    return codes, dictionary.take(pa.array(order))

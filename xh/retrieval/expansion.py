@@ -54,6 +54,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.retrieval.arrays import sorted_codes
 from xh.storage import S3Settings, resolve
 
 __all__ = ["LinkGraph", "Neighbour", "ExpandedDoc", "Expansion", "QuestionScorer"]
@@ -138,7 +139,7 @@ class LinkGraph:
         found = pc.and_(found, pc.not_equal(links["src_doc_id"], links["target_doc_id"]))
         links = links.filter(pc.fill_null(found, False))
         src, dst = links["src_doc_id"].combine_chunks(), links["target_doc_id"].combine_chunks()
-        codes, doc_ids = _sorted_codes(pa.chunked_array([src, dst], pa.string()))
+        codes, doc_ids = sorted_codes(pa.chunked_array([src, dst], pa.string()))
         edge_src, edge_dst = codes[: len(src)], codes[len(src) :]
         anchor_codes = pc.dictionary_encode(links["anchor"].combine_chunks())
         edge_anchor = anchor_codes.indices.to_numpy(zero_copy_only=False).astype(np.int32)
@@ -281,14 +282,3 @@ def _unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _as_py(scalar: pa.Scalar):
     return scalar.as_py()
-
-
-def _sorted_codes(values: pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
-    """Codes of string values in a sorted dictionary: (int32 code per value, sorted distinct values)."""
-    encoded = pc.dictionary_encode(values.combine_chunks())
-    dictionary = encoded.dictionary
-    order = pc.array_sort_indices(dictionary).to_numpy()
-    rank = np.empty(len(order), np.int32)
-    rank[order] = np.arange(len(order), dtype=np.int32)
-    codes = rank[encoded.indices.to_numpy(zero_copy_only=False)] if len(encoded) else np.empty(0, np.int32)
-    return codes, dictionary.take(pa.array(order))
