@@ -10,6 +10,8 @@ writes a table casts to the schema here; a stage that reads one can rely on it.
     quarantine  every input record that could not be read, with where it was and why
     questions   HotpotQA questions (with answers and supporting facts when known)
     candidates  per question, the documents retrieval proposes: BM25 (ir), entity links (el), expansion (exp)
+    graphs      one evidence graph per question or claim: node texts, edges and character-level labels
+                (text, not token ids, so that one table serves any backbone; see xh.graph.encoded)
 """
 
 from __future__ import annotations
@@ -84,6 +86,47 @@ CANDIDATES = pa.schema(
         pa.field("rank", pa.int32(), nullable=False),  # within its source, 0-based
         pa.field("ranker", pa.string(), nullable=False),  # what ordered it: bm25, commonness, reranker, links
         pa.field("surface", pa.string()),  # el only: the question text linked to the doc
+    ]
+)
+
+SPAN = pa.struct([pa.field("start", pa.int32()), pa.field("end", pa.int32())])  # characters, end exclusive
+
+GRAPH_NODE = pa.struct(
+    [
+        pa.field("doc_id", pa.string()),
+        pa.field("title", pa.string()),
+        # HotpotQA: the paragraph's sentences (paragraph = "".join(sentences));
+        # FEVER: one sentence, the evidence candidate.
+        pa.field("sentences", pa.list_(pa.string())),
+        # HotpotQA: texts of the links into this node from other nodes of the graph, in a fixed order;
+        # FEVER: [page title].
+        pa.field("anchors", pa.list_(pa.string())),
+        pa.field("source", pa.string()),  # ir / el / exp / context (distractor setting) / evidence / retrieved
+        pa.field("score", pa.float64()),  # the retrieval score that put the node here
+        pa.field("line", pa.int32()),  # FEVER: the sentence's line in its page; -1 for HotpotQA
+        # Labels, null or empty when unknown:
+        pa.field("answer_spans", pa.list_(SPAN)),  # every occurrence of the answer in the paragraph
+        pa.field("supporting_sentences", pa.list_(pa.int32())),  # indices into sentences
+        pa.field("is_evidence", pa.bool_()),  # holds a supporting fact (HotpotQA) / gold evidence (FEVER)
+    ]
+)
+
+GRAPH_EDGE = pa.struct([pa.field("src", pa.int32()), pa.field("dst", pa.int32())])  # dst's hub attends to src's
+
+GRAPHS = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),  # hotpot / fever
+        pa.field("question", pa.string(), nullable=False),  # the question or the claim
+        pa.field("question_type", pa.string()),  # bridge / comparison (HotpotQA)
+        pa.field("question_type_source", pa.string()),  # data / classifier
+        pa.field("answer", pa.string()),  # HotpotQA gold answer, null when unknown
+        pa.field("answer_type", pa.string()),  # span / yes / no
+        pa.field("claim_label", pa.string()),  # FEVER: SUPPORTS / REFUTES / NOT ENOUGH INFO
+        pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # gold, for evaluation
+        pa.field("nodes", pa.list_(GRAPH_NODE), nullable=False),
+        pa.field("edges", pa.list_(GRAPH_EDGE), nullable=False),
+        pa.field("edge_mode", pa.string(), nullable=False),  # hyperlink / bidirectional / full / sequence
     ]
 )
 

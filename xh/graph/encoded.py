@@ -38,6 +38,7 @@ class EncodedGraph:
     node_titles: list[str]
     node_paragraphs: list[str]  # the paragraph text the offsets index into
     num_sentences: np.ndarray  # int64 [n]; sentences of the paragraph that survived truncation
+    node_lines: np.ndarray  # int64 [n]; FEVER: the node sentence's line in its page (for evidence); -1 otherwise
     # Labels (-1 when unknown):
     node_relevance: np.ndarray  # int64 [n]; HotpotQA: node holds a supporting fact; FEVER: node is gold evidence
     node_has_answer: np.ndarray  # int64 [n]; HotpotQA: the answer string occurs in the node's paragraph tokens
