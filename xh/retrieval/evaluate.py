@@ -10,19 +10,11 @@
 
 from __future__ import annotations
 
-import re
-import string
 from collections import defaultdict
 
+from xh.eval.hotpot import normalize_answer  # the official HotpotQA normalisation, one copy
+
 KS = (2, 5, 10, 100)
-
-
-def normalize_answer(text: str) -> str:
-    """The official HotpotQA normalisation: lower case, no punctuation, no articles, single spaces."""
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
 
 
 def retrieval_report(
