@@ -1,25 +1,87 @@
 #!/usr/bin/env bash
-# Submit a stage to a Ray cluster as a job:
+# Submit one stage of the pipeline to a Ray cluster as a Ray job; see `infra/submit.sh --help`.
 #
-#   RAY_ADDRESS=http://head:8265 infra/submit.sh synth --config configs/demo.yaml --set storage.root=s3://bucket/xh
+#   RAY_ADDRESS=http://127.0.0.1:8265 infra/submit.sh synth --config configs/demo.yaml --set storage.root=s3://bucket/xh
 #
-# The working directory is shipped (minus local state); S3 and MLflow settings travel as environment
-# variables of the job, never as files. Ray 2.60 clusters use token authentication: the token is read
-# from RAY_AUTH_TOKEN or the file Ray writes under ~/.ray/ on the head node.
+# The repository is shipped as the job's working directory (minus local state and data); S3 and
+# MLflow settings travel as environment variables of the job, named here and read from the caller's
+# environment, never from files and never printed. Ray 2.60 clusters use token authentication.
 set -euo pipefail
-stage="${1:?usage: infra/submit.sh STAGE [--config FILE] [--set k=v ...]}"; shift
-: "${RAY_ADDRESS:?set RAY_ADDRESS to the dashboard address of the cluster}"
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
 
-# Environment the job's driver and workers get; credentials only if set here.
-env_json=$(python3 - <<'PY'
-import json, os
-names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-         "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL"]
-print(json.dumps({"env_vars": {n: os.environ[n] for n in names if os.environ.get(n)},
-                  "excludes": [".venv/", "runs/", ".git/", "**/__pycache__/", "*.bz2", "*.parquet"]}))
+usage() {
+  cat <<'EOF'
+usage: infra/submit.sh STAGE [--config FILE] [--set SECTION.KEY=VALUE ...]
+
+Runs `python -m workflows.STAGE ARGS...` on the Ray cluster at $RAY_ADDRESS as a Ray job, with
+this repository as the job's working directory, and waits for it (exit status 0: SUCCEEDED).
+
+Environment:
+  RAY_ADDRESS          the cluster's dashboard address, e.g. http://127.0.0.1:8265 (required)
+  RAY_AUTH_TOKEN       the cluster's token; else the file named by RAY_AUTH_TOKEN_PATH; else
+                       ~/.ray/auth_token (`ray get-auth-token` on the head node prints it)
+  RAY_AUTH_MODE        token (default) or disabled, for a cluster started without authentication
+  XH_WORKING_DIR       the directory shipped as the working directory (default: this repository)
+  XH_JOB_ENV           more variable names to pass to the job, space separated
+  XH_SUBMIT_OPTS       more `ray job submit` options, e.g. "--no-wait --submission-id xh-synth-1"
+
+Passed to the job when set here: AWS_ENDPOINT_URL XH_S3_ENDPOINT_URL AWS_REGION AWS_DEFAULT_REGION
+AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN MLFLOW_TRACKING_URI MLFLOW_S3_ENDPOINT_URL
+MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN, and the names in XH_JOB_ENV.
+Their values go to the cluster in a private temporary file, not on the command line.
+EOF
+}
+
+die() { echo "submit.sh: $*" >&2; exit 2; }
+
+case "${1:-}" in
+  -h | --help) usage; exit 0 ;;
+  "" | -*) usage >&2; exit 2 ;;
+esac
+stage=$1
+shift
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+working_dir=${XH_WORKING_DIR:-$repo}
+[[ $stage =~ ^[a-z_][a-z0-9_]*$ ]] || die "stage '$stage' is not a module name (workflows/<stage>.py)"
+[[ -f $working_dir/workflows/$stage.py ]] || die "no stage '$stage': $working_dir/workflows/$stage.py does not exist"
+[[ -n ${RAY_ADDRESS:-} ]] || die "set RAY_ADDRESS to the cluster's dashboard address, e.g. http://127.0.0.1:8265"
+
+# Token authentication: Ray reads RAY_AUTH_TOKEN, then RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token.
+# Checked here so that a missing token is one clear line rather than an InvalidAuthToken trace.
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}
+if [[ $RAY_AUTH_MODE == token && -z ${RAY_AUTH_TOKEN:-} ]]; then
+  token_file=${RAY_AUTH_TOKEN_PATH:-$HOME/.ray/auth_token}
+  [[ -s $token_file ]] || die "no Ray auth token: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or put it in ~/.ray/auth_token (run \`ray get-auth-token\` on the head node)"
+fi
+
+# The runtime env (environment variables and excludes) goes in a file only this user can read, so
+# credentials never appear in the process list or in this script's output.
+runtime_env=$(umask 077 && mktemp "${TMPDIR:-/tmp}/xh-runtime-env.XXXXXX")
+trap 'rm -f "$runtime_env"' EXIT
+XH_JOB_ENV=${XH_JOB_ENV:-} python3 - "$runtime_env" <<'PY'
+import json, os, sys
+
+names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+         "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL",
+         "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"]
+names += os.environ["XH_JOB_ENV"].split()
+env_vars = {name: os.environ[name] for name in names if os.environ.get(name)}
+# The stage's driver passes the same S3 variables to ray.init (workflows/common.py); Ray refuses two
+# runtime envs that name one variable unless told to merge them (the driver's values, read from these, win).
+env_vars["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
+runtime_env = {
+    "env_vars": env_vars,
+    # local state, caches and data never travel with the code: stages read their inputs from storage
+    "excludes": [".git/", ".venv/", "/runs/", "/mlruns/", "/demo-output/", "build/", "*.egg-info/",
+                 "__pycache__/", "*.pyc", ".pytest_cache/", "*.parquet", "*.bz2"],
+}
+with open(sys.argv[1], "w") as f:
+    json.dump(runtime_env, f)  # JSON is YAML: `ray job submit --runtime-env` reads it as is
 PY
-)
 
-exec ray job submit --address "$RAY_ADDRESS" --working-dir . --runtime-env-json "$env_json" \
-  -- python -m "workflows.${stage}" "$@"
+extra_opts=()
+read -r -a extra_opts <<<"${XH_SUBMIT_OPTS:-}"
+
+# No exec: the trap removes the runtime-env file once the job has finished (or was handed off with --no-wait).
+ray job submit --address "$RAY_ADDRESS" --working-dir "$working_dir" --runtime-env "$runtime_env" \
+  ${extra_opts[@]+"${extra_opts[@]}"} -- python -m "workflows.${stage}" "$@"

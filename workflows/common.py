@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Callable, Sequence
 
 from xh.config import ConfigError, XHConfig, from_argv
 from xh.storage import S3Settings
+
+# Set by Ray in the environment of a job's driver.
+RAY_JOB_CONFIG_JSON_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
 # Errors a user can fix by changing a flag or a path: one line, exit code 2, no traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError)
@@ -30,11 +34,14 @@ def init_ray(cfg: XHConfig) -> None:
     if ray.is_initialized():
         return
     local = cfg.ray.address is None
+    # A driver started by `ray job submit` already runs in the job's runtime env (which carries the S3
+    # settings, see infra/submit.sh); passing them again makes Ray refuse to merge the two.
+    in_job = RAY_JOB_CONFIG_JSON_ENV_VAR in os.environ
     ray.init(
         address=cfg.ray.address,
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
-        runtime_env=s3_settings(cfg).ray_runtime_env(),
+        runtime_env=None if in_job else s3_settings(cfg).ray_runtime_env(),
     )
 
 
