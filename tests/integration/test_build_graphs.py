@@ -1,0 +1,95 @@
+"""Graph building on the Ray cluster: retrieval -> graphs of a generated world, tracked in MLflow."""
+
+import json
+import uuid
+from collections import Counter
+
+import pyarrow.dataset as pads
+import pytest
+
+from workflows import build_graphs, retrieve
+from xh import synth
+from xh.config import load_config
+from xh.graph.hotpot import NO_ANSWER
+from xh.graph.store import iter_graphs
+from xh.wiki import process
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("graphs")
+    synth.write_world(synth.WorldSpec(num_docs=800, seed=5), synth.output_under(str(root / "world")),
+                      docs_per_shard=400, num_questions=60, num_claims=5)  # fmt: skip
+    questions = json.loads((root / "world" / "hotpot" / "questions.json").read_text())
+    questions += [
+        {**questions[0], "_id": "no-answer", "answer": "Zyxxqv Plorbt"},  # retrieval finds the docs, not this answer
+        {"_id": "untyped", "question": questions[1]["question"], "answer": "yes"},  # yes/no: never short of an answer
+    ]
+    (root / "questions.json").write_text(json.dumps(questions))
+    process.process_in_process("hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"),
+                               str(root / "tables"), partitions=2)  # fmt: skip
+    return root
+
+
+def _config(world, mlflow_server, *overrides):
+    return load_config(None, [
+        f"storage.root={world}", f"retrieve.questions={world / 'questions.json'}", "retrieve.shards=2",
+        f"mlflow.tracking_uri={mlflow_server}", f"mlflow.experiment=graphs-{uuid.uuid4().hex[:6]}",
+        "mlflow.artifact_location=null", "graphs.questions_per_file=16", *overrides,
+    ])  # fmt: skip
+
+
+def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm_path):
+    import mlflow
+
+    cfg = _config(world, mlflow_server, f"graphs.tokenizer={minilm_path}", "graphs.max_node_tokens=128")
+    retrieve.run(cfg)
+    summary = build_graphs.run(cfg)
+
+    questions = pads.dataset(str(world / "retrieval" / "questions")).to_table().to_pylist()
+    assert summary["questions"] == len(questions) == 62
+    assert summary["questions"] == summary["graphs"] + summary["quarantined"]
+    assert summary["quarantine_reasons"].get(NO_ANSWER, 0) >= 1
+    assert summary["answer_recall"] >= 0.8 and summary["flags"]["question_type_default"] == 1
+    assert summary["tokens_per_node"]["max"] <= 128 and summary["nodes_per_graph"]["max"] <= 2 + 15 + 10
+
+    # the quarantine table holds every question without a graph, with its reason
+    quarantine = pads.dataset(summary["quarantine"]).to_table().to_pylist()
+    assert Counter(q["reason"] for q in quarantine) == Counter(summary["quarantine_reasons"])
+    assert "no-answer" in {json.loads(q["raw"])["qid"] for q in quarantine}
+
+    # read back two ways: a Ray dataset for the trainer, an iterator without Ray
+    graphs = {g["qid"]: g for g in iter_graphs(summary["output"])}
+    assert build_graphs.read_graphs(summary["output"]).count() == len(graphs) == summary["graphs"]
+    assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 4  # 62 questions / 16 per file
+
+    candidates = pads.dataset(str(world / "retrieval" / "candidates")).to_table().to_pylist()
+    links = pads.dataset(str(world / "tables" / "links")).to_table(columns=["src_doc_id", "target_doc_id"])
+    link_pairs = set(zip(links["src_doc_id"].to_pylist(), links["target_doc_id"].to_pylist()))
+    by_qid = {}
+    for c in candidates:
+        by_qid.setdefault(c["qid"], {}).setdefault(c["doc_id"], []).append(c["source"])
+    for qid, graph in graphs.items():
+        ids = [n["doc_id"] for n in graph["nodes"]]
+        assert len(ids) == len(set(ids)) and set(ids) <= set(by_qid[qid])
+        assert all(n["source"] in by_qid[qid][n["doc_id"]] for n in graph["nodes"])
+        if graph["question_type"] == "comparison":
+            assert graph["edge_mode"] == "full" and len(graph["edges"]) == len(ids) * (len(ids) - 1)
+            assert all(n["source"] != "exp" for n in graph["nodes"])
+        else:  # each edge is a hyperlink from the src page to the dst page
+            assert graph["edge_mode"] == "hyperlink"
+            assert all((ids[e["src"]], ids[e["dst"]]) in link_pairs for e in graph["edges"])
+    assert graphs["untyped"]["question_type_source"] == "default"
+
+    run = mlflow.MlflowClient(mlflow_server).get_run(summary["mlflow_run_id"])
+    assert run.data.metrics["graphs"] == summary["graphs"] and run.data.params["graphs.edge_mode"] == "hyperlink"
+
+    # a rebuild in another edge mode replaces every shard: node sequence, a chain through all nodes
+    again = build_graphs.build(cfg.model_copy(update={"graphs": cfg.graphs.model_copy(
+        update={"edge_mode": "sequence", "questions_per_file": 40, "tokenizer": None})}))  # fmt: skip
+    assert again["graphs"] == summary["graphs"] and again["tokens_per_node"] is None
+    assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 2
+    for graph in iter_graphs(again["output"]):
+        n = len(graph["nodes"])
+        if graph["question_type"] == "bridge":
+            assert graph["edge_mode"] == "sequence" and len(graph["edges"]) == 2 * (n - 1)

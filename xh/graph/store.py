@@ -1,0 +1,53 @@
+"""The `graphs` table on storage: shards written by graph builders, read back without the corpus.
+
+    write_shard(graph_rows, "runs/demo/graphs/hotpot", shard=3)          # -> part-00003.parquet
+    for row in iter_graphs("runs/demo/graphs/hotpot"):                     # GRAPHS rows as dicts
+        encoded = encode_graph(row, tokenizer, 512)
+
+A graphs folder holds only `part-*.parquet` files of `xh.schemas.GRAPHS` (plus `_summary.json`, which
+Parquet readers skip), so `ray.data.read_parquet(folder)` reads it as is; quarantined questions live in
+a folder of their own (`QUARANTINE` schema), never beside the graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from xh import schemas
+from xh.storage import S3Settings, join, resolve
+
+
+def shard_name(shard: int) -> str:
+    return f"part-{shard:05d}.parquet"
+
+
+def write_shard(rows: list[dict], folder: str, shard: int, schema: pa.Schema = schemas.GRAPHS,
+                s3: S3Settings | None = None) -> str:  # fmt: skip
+    """Write rows (cast to `schema`) as one Parquet file of `folder`; returns its URI."""
+    uri = join(folder, shard_name(shard))
+    fs, path = resolve(uri, s3)
+    _, parent = resolve(folder, s3)
+    fs.create_dir(parent, recursive=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, filesystem=fs)
+    return uri
+
+
+def clear_folder(folder: str, s3: S3Settings | None = None) -> None:
+    """Create `folder`, or empty it: a rebuild never mixes shards of two runs."""
+    fs, path = resolve(folder, s3)
+    fs.create_dir(path, recursive=True)
+    fs.delete_dir_contents(path)
+
+
+def iter_graphs(folder: str, s3: S3Settings | None = None, batch_rows: int = 256) -> Iterator[dict]:
+    """GRAPHS rows of a folder as dicts, one Parquet batch in memory at a time, in file order."""
+    fs, path = resolve(folder, s3)
+    if fs.get_file_info(path).type.name == "NotFound":
+        raise FileNotFoundError(f"no graphs at {folder} (run `xh graphs build` first)")
+    dataset = pads.dataset(path, filesystem=fs, format="parquet", schema=schemas.GRAPHS)
+    for batch in dataset.to_batches(batch_size=batch_rows):
+        yield from batch.to_pylist()
