@@ -1,0 +1,220 @@
+"""The MLflow model registry: package a trained model as a pyfunc, register it, gate promotion.
+
+    log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
+    model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")
+    model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
+    decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0)
+    rollback("xh-hotpot")
+
+The pyfunc is logged from code (`xh/pyfunc_entry.py`), with the safetensors weights, tokenizer and
+config as its artifact and the `xh` package as its code: loading it unpickles nothing.
+Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
+challenger wins by `min_delta` points (the first model must pass `floor`); the version it replaces is
+remembered in the registered model's tag `previous_champion`, which `rollback` restores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+import mlflow
+import pandas as pd
+
+from xh.config import XHConfig
+
+INPUT_COLUMNS = ["qid", "question", "graph"]
+PYFUNC_ENTRY = Path(__file__).with_name("pyfunc_entry.py")
+PACKAGE_DIR = Path(__file__).parent
+PREVIOUS_CHAMPION_TAG = "previous_champion"
+
+
+class XHPyfunc(mlflow.pyfunc.PythonModel):
+    """Questions with their evidence graphs in, answers (or FEVER verdicts) out."""
+
+    def load_context(self, context) -> None:
+        import torch
+
+        from xh.inference import load_model
+
+        self.model, self.tokenizer = load_model(
+            context.artifacts["model"], "cuda" if torch.cuda.is_available() else "cpu"
+        )
+
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+        from xh.inference import predict_graphs
+
+        rows = []
+        for qid, question, graph in zip(model_input["qid"], model_input["question"], model_input["graph"]):
+            row = json.loads(graph) if isinstance(graph, str) else dict(graph)
+            rows.append(row | {"qid": qid, "question": question})
+        batch_graphs = int((params or {}).get("batch_graphs", 8))
+        return predictions_frame(predict_graphs(self.model, self.tokenizer, rows, batch_graphs=batch_graphs))
+
+
+def predictions_frame(predictions: Sequence[dict]) -> pd.DataFrame:
+    """Flat columns: lists and dicts become JSON strings, so the frame has a plain signature."""
+    return pd.DataFrame(
+        [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in p.items()} for p in predictions]
+    )
+
+
+def graph_input(rows: Sequence[dict]) -> pd.DataFrame:
+    """Graph rows (from the `graphs` table) as the pyfunc's input frame."""
+    return pd.DataFrame(
+        {"qid": [r["qid"] for r in rows], "question": [r["question"] for r in rows],
+         "graph": [json.dumps(r, default=str) for r in rows]}  # fmt: skip
+    )
+
+
+def pip_requirements() -> list[str]:
+    from importlib.metadata import version
+
+    names = ["torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyarrow", "mlflow"]
+    return [f"{n}=={version(n)}" for n in names]
+
+
+def _first_rows(graphs_uri: str, n: int) -> list[dict]:
+    import pyarrow.dataset as pads
+
+    from xh.storage import resolve
+
+    fs, path = resolve(graphs_uri)
+    return pads.dataset(path, filesystem=fs, format="parquet").head(n).to_pylist()
+
+
+def data_snapshot(graphs_uri: str) -> str:
+    """What the model was trained on: the graphs folder and its files' total size (cheap, changes with the data)."""
+    from xh.storage import list_paths, resolve
+
+    fs, path = resolve(graphs_uri)
+    infos = fs.get_file_info([p for p in list_paths(fs, path) if p.endswith(".parquet")])
+    return f"{graphs_uri} ({len(infos)} files, {sum(i.size or 0 for i in infos)} bytes)"
+
+
+def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dict, graphs_uri: str) -> dict:
+    """Log the model folder as a pyfunc into the training run, register a version, give it the alias."""
+    from mlflow.models import infer_signature
+
+    from xh.inference import load_model, predict_graphs
+    from xh.tracking import configure, environment_tags
+
+    configure(cfg.mlflow)
+    example_rows = _first_rows(graphs_uri, 2)
+    model, tokenizer = load_model(model_dir)
+    example_input = graph_input(example_rows)
+    example_output = predictions_frame(predict_graphs(model, tokenizer, example_rows))
+    name = cfg.train.register_as
+    with mlflow.start_run(run_id=run_id):
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(PYFUNC_ENTRY),
+            artifacts={"model": model_dir},
+            code_paths=[str(PACKAGE_DIR)],
+            signature=infer_signature(example_input, example_output),
+            input_example=example_input,
+            pip_requirements=pip_requirements(),
+        )
+        version = mlflow.register_model(info.model_uri, name).version
+    client = mlflow.MlflowClient()
+    client.set_registered_model_alias(name, cfg.train.alias, version)
+    tags = {
+        "git_sha": environment_tags()["git_sha"],
+        "data_snapshot": data_snapshot(graphs_uri),
+        "task": cfg.model.task,
+        **{k: f"{v:.6g}" for k, v in metrics.items() if isinstance(v, (int, float))},
+    }
+    for key, value in tags.items():
+        client.set_model_version_tag(name, version, key, value)
+    return {"name": name, "version": int(version), "alias": cfg.train.alias, "model_uri": f"models:/{name}@{cfg.train.alias}"}
+
+
+# --- promotion -------------------------------------------------------------------------------------
+
+
+def _version_of(client, name: str, alias: str):
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        return None
+
+
+def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -> dict:
+    """The official metrics (HotpotQA; FEVER label accuracy) of one registered version on graph rows."""
+    from xh.eval.hotpot import evaluate_hotpot
+    from xh.inference import hotpot_gold, hotpot_prediction_file
+
+    model = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+    schema = model.metadata.get_input_schema()
+    names = schema.input_names() if schema is not None else []
+    if names != INPUT_COLUMNS:
+        raise ValueError(f"signature mismatch: inputs {names}, expected {INPUT_COLUMNS}")
+    frame = model.predict(graph_input(rows))
+    predictions = [
+        {k: json.loads(v) if k in ("supporting_facts", "evidence", "label_probs") else v for k, v in p.items()}
+        for p in frame.to_dict("records")
+    ]
+    if task == "fever":
+        gold = {r["qid"]: r["claim_label"] for r in rows}
+        correct = sum(gold[p["qid"]] == p["label"] for p in predictions)
+        return {"label_accuracy": correct / max(1, len(rows))}
+    return evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
+
+
+def promote(name: str, rows: Sequence[dict], *, metric: str = "f1", min_delta: float = 0.5, floor: float = 0.0,
+            task: str = "hotpot") -> dict:  # fmt: skip
+    """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
+
+    Returns the decision (also written as tags on both versions); a challenger that fails to load,
+    whose signature differs or whose metric is missing is never promoted, and the reason is returned.
+    """
+    client = mlflow.MlflowClient()
+    challenger, champion = _version_of(client, name, "challenger"), _version_of(client, name, "champion")
+    decision: dict = {"model": name, "metric": metric, "min_delta": min_delta, "floor": floor,
+                      "challenger": challenger and challenger.version, "champion": champion and champion.version,
+                      "promoted": False, "decided_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    if challenger is None:
+        return decision | {"reason": f"{name} has no @challenger"}
+    if champion is not None and champion.version == challenger.version:
+        return decision | {"reason": "the challenger already is the champion"}
+    try:
+        challenger_metrics = evaluate_version(name, challenger.version, rows, task)
+    except Exception as e:  # any failure of the challenger is a reason not to promote it
+        return _record(client, name, decision | {"reason": f"challenger evaluation failed: {e}"}, challenger)
+    if metric not in challenger_metrics:
+        return _record(client, name, decision | {"reason": f"challenger has no metric '{metric}'"}, challenger)
+    score = 100 * challenger_metrics[metric]
+    decision["challenger_score"] = score
+    if champion is None:
+        decision["promoted"] = score >= floor
+        decision["reason"] = f"first model: {score:.2f} {'>=' if decision['promoted'] else '<'} floor {floor}"
+    else:
+        champion_score = 100 * evaluate_version(name, champion.version, rows, task)[metric]
+        decision["champion_score"] = champion_score
+        decision["promoted"] = score >= champion_score + min_delta
+        decision["reason"] = f"{score:.2f} vs champion {champion_score:.2f} (needs +{min_delta})"
+    if decision["promoted"]:
+        if champion is not None:
+            client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, champion.version)
+        client.set_registered_model_alias(name, "champion", challenger.version)
+    return _record(client, name, decision, challenger)
+
+
+def _record(client, name: str, decision: dict, version) -> dict:
+    client.set_model_version_tag(name, version.version, "promotion_decision", json.dumps(decision))
+    return decision
+
+
+def rollback(name: str) -> dict:
+    """Give `@champion` back to the version it replaced."""
+    client = mlflow.MlflowClient()
+    tags = client.get_registered_model(name).tags
+    previous = tags.get(PREVIOUS_CHAMPION_TAG)
+    if not previous:
+        raise ValueError(f"{name} has no previous champion to roll back to")
+    current = _version_of(client, name, "champion")
+    client.set_registered_model_alias(name, "champion", previous)
+    client.delete_registered_model_tag(name, PREVIOUS_CHAMPION_TAG)
+    return {"model": name, "champion": previous, "rolled_back_from": current and current.version}

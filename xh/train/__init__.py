@@ -1,0 +1,1 @@
+"""Training Transformer-XH on Ray Train: the worker loop (`loop`), its state on disk (`state`)."""

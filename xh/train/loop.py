@@ -1,0 +1,300 @@
+"""The Ray Train worker loop: DDP over the `graphs` table, checkpoints, rank-0 MLflow logging.
+
+`train_loop_per_worker(config)` is what `workflows.train` hands to `TorchTrainer`; `config` holds the
+whole `XHConfig` (as a dict) and the step plan the driver computed:
+
+    plan = plan_steps(num_train_graphs, cfg.train)    # steps per epoch, total optimizer steps
+
+Every worker runs the same number of optimizer steps per epoch (the training split is equal-sized and
+each worker stops after `plan.batches_per_epoch` batches), so DDP's all-reduces always pair up.
+
+Resumption: a checkpoint holds the weights, optimizer, scheduler and the data position (epoch, batches
+consumed). After a worker failure Ray Train restarts the group and `ray.train.get_checkpoint()` returns
+the last one; re-running with the same run name does the same. MLflow step metrics are buffered and
+written only when a checkpoint is reported, so steps repeated after a failure are never logged twice.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from xh.config import TrainConfig, XHConfig
+from xh.eval.hotpot import evaluate_hotpot
+from xh.graph.encode import encode_graph
+from xh.inference import autocast, hotpot_gold, hotpot_prediction_file, predict_graphs
+from xh.model import XHModel, collate, load_tokenizer
+from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
+
+FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    workers: int
+    batches_per_epoch: int  # per worker
+    steps_per_epoch: int  # optimizer steps
+    total_steps: int
+
+
+def plan_steps(num_train_graphs: int, train: TrainConfig) -> StepPlan:
+    graphs_per_worker = num_train_graphs // train.workers
+    steps_per_epoch = graphs_per_worker // (train.batch_graphs * train.grad_accum)
+    if steps_per_epoch == 0:
+        raise ValueError(
+            f"{num_train_graphs} training graphs are too few for {train.workers} workers x "
+            f"{train.batch_graphs} graphs x {train.grad_accum} accumulation steps"
+        )
+    total = steps_per_epoch * train.epochs
+    if train.max_steps is not None:
+        total = min(total, train.max_steps)
+    return StepPlan(train.workers, steps_per_epoch * train.grad_accum, steps_per_epoch, total)
+
+
+def in_dev_split(qid: str, dev_fraction: float) -> bool:
+    """A stable split by qid (the same on every machine and every run)."""
+    return (zlib.crc32(qid.encode("utf-8")) % 10_000) < dev_fraction * 10_000
+
+
+def lr_lambda(plan: StepPlan, warmup_fraction: float):
+    warmup = max(1, int(plan.total_steps * warmup_fraction))
+
+    def factor(step: int) -> float:  # linear warmup, then linear decay to 0 at the last step
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (plan.total_steps - step) / max(1, plan.total_steps - warmup))
+
+    return factor
+
+
+def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
+    """Pretrained backbone weights at `lr`; the new hop and head parameters at `hop_lr`; no decay on
+    biases and LayerNorm weights."""
+    pretrained = {id(p) for p in model.backbone.parameters()}
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            no_decay = p.ndim == 1 or name.endswith(".bias")
+            groups.setdefault((id(p) in pretrained, no_decay), []).append(p)
+    return [
+        {
+            "params": params,
+            "lr": train.lr if is_pretrained else (train.hop_lr or train.lr),
+            "weight_decay": 0.0 if no_decay else train.weight_decay,
+        }
+        for (is_pretrained, no_decay), params in sorted(groups.items())
+    ]
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, attention: list | None = None) -> dict:
+    """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`."""
+    predictions = predict_graphs(
+        model, tokenizer, rows, batch_graphs=cfg.train.eval_batch_graphs, bf16=cfg.train.bf16,
+        collect_attention=attention,
+    )  # fmt: skip
+    if cfg.model.task == "fever":
+        gold = {r["qid"]: r["claim_label"] for r in rows}
+        accuracy = float(np.mean([gold[p["qid"]] == p["label"] for p in predictions])) if predictions else 0.0
+        return {"dev_label_accuracy": accuracy, "dev_graphs": len(rows)}
+    metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
+    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+
+
+class _MlflowLog:
+    """Rank 0's MLflow run: step metrics are buffered and flushed with each checkpoint."""
+
+    def __init__(self, cfg: XHConfig, run_id: str | None):
+        import mlflow
+
+        from xh.config import flatten
+        from xh.tracking import configure, environment_tags
+
+        self.mlflow = mlflow
+        experiment_id = configure(cfg.mlflow)
+        if run_id is None:
+            run = mlflow.start_run(experiment_id=experiment_id, run_name=cfg.train.run_name)
+            mlflow.set_tags({"stage": "train", **environment_tags(), **_device_tags()})
+            mlflow.log_params(flatten(cfg, "train"))
+        else:
+            run = mlflow.start_run(run_id=run_id)
+        self.run_id = run.info.run_id
+        self.pending: list = []
+
+    def step(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.pending.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
+
+    def flush(self) -> None:
+        client = self.mlflow.MlflowClient()
+        for start in range(0, len(self.pending), 900):  # MLflow takes at most 1000 metrics per batch
+            client.log_batch(self.run_id, metrics=self.pending[start : start + 900])
+        self.pending.clear()
+
+    def end(self) -> None:
+        self.flush()
+        self.mlflow.end_run()
+
+
+def _device_tags() -> dict[str, str]:
+    tags = {"torch": torch.__version__, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    if torch.cuda.is_available():
+        tags["gpu"] = torch.cuda.get_device_name(0)
+    return tags
+
+
+def _worker_nodes(world_size: int) -> list[str]:
+    """The Ray node of every worker (an all-gather), so the run records where it ran."""
+    import ray
+    import torch.distributed as dist
+
+    node = ray.get_runtime_context().get_node_id()
+    if world_size == 1 or not dist.is_initialized():
+        return [node]
+    nodes: list = [None] * world_size
+    dist.all_gather_object(nodes, node)
+    return nodes
+
+
+def _inject_failure_once(cfg: XHConfig, step: int, storage_dir: str) -> None:
+    """Testing: the rank-0 worker process dies at `train.fail_at_step`, once per run (a marker remembers)."""
+    from xh.storage import join, open_output, resolve
+
+    marker = join(storage_dir, FAILURE_MARKER)
+    fs, path = resolve(marker)
+    if fs.get_file_info(path).type.name != "NotFound":
+        return
+    with open_output(marker) as out:
+        out.write(f"failed at step {step}\n".encode())
+    os._exit(1)  # a dead worker process, as a crashed node would leave
+
+
+def train_loop_per_worker(config: dict) -> None:
+    import ray.train
+    import ray.train.torch
+    from ray.train import Checkpoint
+
+    cfg = XHConfig.model_validate(config["cfg"])
+    plan = StepPlan(**config["plan"])
+    train = cfg.train
+    context = ray.train.get_context()
+    rank = context.get_world_rank()
+    if train.threads_per_worker:
+        torch.set_num_threads(train.threads_per_worker)
+    seed_everything(train.seed)
+    device = ray.train.torch.get_device()
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            model = XHModel.from_pretrained(str(Path(folder) / MODEL_DIR))
+            tokenizer = load_tokenizer(str(Path(folder) / MODEL_DIR))
+    else:
+        model = XHModel.from_backbone(cfg.model)
+        tokenizer = load_tokenizer(cfg.model.backbone)
+    optimizer = torch.optim.AdamW(parameter_groups(model, train))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(plan, train.warmup_fraction))
+    progress = Progress()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            progress = load_training_state(folder, optimizer, scheduler)
+    # Not every head gets a loss in every batch (answer type only for comparison questions).
+    ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+
+    nodes = _worker_nodes(context.get_world_size())
+    tracking = _MlflowLog(cfg, progress.mlflow_run_id) if rank == 0 else None
+    if tracking is not None:
+        progress.mlflow_run_id = tracking.run_id
+        tracking.mlflow.set_tag("worker_nodes", str(len(set(nodes))))
+    train_shard = ray.train.get_dataset_shard("train")
+    dev_rows = (
+        [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
+        if rank == 0
+        else []
+    )
+
+    def checkpoint_and_report(final: bool) -> None:
+        metrics: dict = {"step": progress.step, "epoch": progress.epoch}
+        if rank != 0:
+            ray.train.report(metrics, checkpoint=None)
+            return
+        attention: list | None = [] if final and train.attention_figures else None
+        metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, attention)
+        model.train()
+        progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
+        tracking.step(progress.step, progress.metrics)
+        with tempfile.TemporaryDirectory() as folder:
+            save_training_state(folder, model, optimizer, scheduler, progress)
+            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+        tracking.flush()  # after the report: steps since the previous checkpoint are now final
+        if attention:
+            from xh.train.figures import log_attention_figures
+
+            log_attention_figures(attention, tracking.mlflow)
+
+    model.train()
+    window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
+    done = progress.step >= plan.total_steps
+    while not done and progress.epoch < train.epochs:
+        batches = train_shard.iter_batches(
+            batch_size=train.batch_graphs, batch_format="pyarrow", drop_last=True,
+            local_shuffle_buffer_size=train.batch_graphs * 16, local_shuffle_seed=train.seed + progress.epoch,
+        )  # fmt: skip
+        for index, table in enumerate(batches):
+            if index >= plan.batches_per_epoch:
+                break
+            if index < progress.batches_in_epoch:  # resuming: skip what the checkpoint already trained on
+                continue
+            graphs = [encode_graph(row, tokenizer, cfg.model.max_node_tokens) for row in table.to_pylist()]
+            batch = collate(graphs).to(device)
+            with autocast(device, train.bf16):
+                output = ddp_model(batch)
+            (output.loss / train.grad_accum).backward()
+            progress.batches_in_epoch = index + 1
+            window_graphs += batch.num_graphs
+            window_tokens += batch.num_real_tokens
+            if progress.batches_in_epoch % train.grad_accum:
+                continue
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            progress.step += 1
+            if tracking is not None:
+                seconds = time.perf_counter() - window_start
+                tracking.step(progress.step, {
+                    "loss": float(output.loss), "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                    # this worker's throughput times the workers: every worker runs the same batches
+                    "graphs_per_s": window_graphs * plan.workers / seconds,
+                    "tokens_per_s": window_tokens * plan.workers / seconds,
+                } | {f"loss_{k}": float(v) for k, v in output.losses.items()})  # fmt: skip
+            window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
+            if train.fail_at_step == progress.step and rank == 0:
+                _inject_failure_once(cfg, progress.step, config["storage_dir"])
+            done = progress.step >= plan.total_steps
+            if done:
+                break
+            if train.eval_every and progress.step % train.eval_every == 0:
+                checkpoint_and_report(final=False)
+        if not done:
+            progress.epoch += 1
+            progress.batches_in_epoch = 0
+    checkpoint_and_report(final=True)
+    if tracking is not None:
+        tracking.end()
+
