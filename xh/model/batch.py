@@ -1,0 +1,180 @@
+"""Stack several `EncodedGraph`s into one padded batch of tensors for `XHModel`.
+
+    batch = collate([graph_a, graph_b])           # nodes of both graphs, padded to the longest node
+    batch = batch.to("cuda")
+    batch.num_graphs, batch.num_real_tokens       # 2, tokens that are not padding
+
+    for indices in pack_batches(graphs, max_padded_tokens=8192):   # graph indices per batch
+        batch = collate([graphs[i] for i in indices])
+
+Nodes of all graphs are rows of one [N, L] tensor (L = the longest node in the batch: dynamic
+padding); `node_graph[i]` is the graph of node i, and `edges` are shifted to batch-global row indices,
+so hop attention (a softmax per destination node) never crosses graphs, and in-sequence attention is
+per row anyway. Labels are -1 where unknown, as in `EncodedGraph`; per-graph labels have one entry
+per graph, with the answer span (answer_spans row 0) turned into a batch-global node index.
+
+Bad input is refused with a one-line `ValueError` naming the graph: an edge or span pointing
+outside its graph, arrays of a node that disagree in length, a token's sentence beyond num_sentences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from xh.graph.encoded import EncodedGraph
+
+
+@dataclass
+class GraphBatch:
+    # Per node (N rows, L = longest node in the batch):
+    input_ids: torch.Tensor  # int64 [N, L]; padding = 0 (masked out anyway)
+    attention_mask: torch.Tensor  # int64 [N, L]; 1 on real tokens
+    token_type_ids: torch.Tensor  # int64 [N, L]
+    paragraph_mask: torch.Tensor  # bool [N, L]; where a span may start or end
+    sentence_ids: torch.Tensor  # int64 [N, L]; paragraph sentence of a token, -1 elsewhere
+    node_graph: torch.Tensor  # int64 [N]; graph index of each node (0..G-1)
+    edges: torch.Tensor  # int64 [2, E]; (src, dst) batch-global node indices
+    graph_offsets: torch.Tensor  # int64 [G + 1]; the nodes of graph g are rows graph_offsets[g]:graph_offsets[g+1]
+    num_sentences: torch.Tensor  # int64 [N]
+    # Labels, -1 where unknown:
+    node_relevance: torch.Tensor  # int64 [N]
+    node_has_answer: torch.Tensor  # int64 [N]
+    sentence_labels: torch.Tensor  # int64 [N, S]; S = max num_sentences in the batch (at least 1)
+    answer_node: torch.Tensor  # int64 [G]; batch-global node of answer_spans row 0
+    answer_start: torch.Tensor  # int64 [G]; token position in that node
+    answer_end: torch.Tensor  # int64 [G]; inclusive
+    answer_type: torch.Tensor  # int64 [G]
+    question_type: torch.Tensor  # int64 [G]
+    claim_label: torch.Tensor  # int64 [G]
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.graph_offsets.numel() - 1)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def num_real_tokens(self) -> int:
+        return int(self.attention_mask.sum())
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
+        return GraphBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+
+    def pin_memory(self) -> GraphBatch:
+        return GraphBatch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
+
+
+def _check(graph: EncodedGraph) -> None:
+    n = graph.num_nodes
+    if n == 0:
+        raise ValueError(f"graph {graph.qid!r} has no nodes")
+    for i, ids in enumerate(graph.input_ids):
+        where = f"graph {graph.qid!r} node {i}"
+        lengths = {len(ids), len(graph.token_type_ids[i]), len(graph.paragraph_mask[i]), len(graph.sentence_ids[i])}
+        if len(lengths) != 1 or len(ids) == 0:
+            raise ValueError(f"{where}: token arrays are empty or disagree in length {sorted(lengths)}")
+        if graph.sentence_ids[i].size and graph.sentence_ids[i].max() >= graph.num_sentences[i]:
+            raise ValueError(f"{where}: a token's sentence is beyond num_sentences={graph.num_sentences[i]}")
+    edges = np.asarray(graph.edges).reshape(-1, 2)
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        raise ValueError(f"graph {graph.qid!r}: an edge points outside its {n} nodes")
+    spans = np.asarray(graph.answer_spans).reshape(-1, 3)
+    if len(spans) and spans[0, 0] >= 0:
+        node, start, end = (int(x) for x in spans[0])
+        if node >= n or not (0 <= start <= end < len(graph.input_ids[node])):
+            raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is outside its node")
+        if not (graph.paragraph_mask[node][start] and graph.paragraph_mask[node][end]):
+            raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is not on paragraph tokens")
+
+
+def collate(graphs: Sequence[EncodedGraph]) -> GraphBatch:
+    """Stack graphs into one batch: nodes as rows padded to the longest node, edges batch-global."""
+    if not graphs:
+        raise ValueError("collate needs at least one graph")
+    for graph in graphs:
+        _check(graph)
+    node_arrays = [(g, i) for g in graphs for i in range(g.num_nodes)]
+    n = len(node_arrays)
+    length = max(len(g.input_ids[i]) for g, i in node_arrays)
+    max_sentences = max(1, max(int(s) for g in graphs for s in g.num_sentences))
+
+    input_ids = np.zeros((n, length), np.int64)
+    attention_mask = np.zeros((n, length), np.int64)
+    token_type_ids = np.zeros((n, length), np.int64)
+    paragraph_mask = np.zeros((n, length), bool)
+    sentence_ids = np.full((n, length), -1, np.int64)
+    sentence_labels = np.full((n, max_sentences), -1, np.int64)
+    for row, (g, i) in enumerate(node_arrays):
+        size = len(g.input_ids[i])
+        input_ids[row, :size] = g.input_ids[i]
+        attention_mask[row, :size] = 1
+        token_type_ids[row, :size] = g.token_type_ids[i]
+        paragraph_mask[row, :size] = g.paragraph_mask[i]
+        sentence_ids[row, :size] = g.sentence_ids[i]
+        if i < len(g.sentence_labels):
+            labels = np.asarray(g.sentence_labels[i])[: max_sentences]
+            sentence_labels[row, : len(labels)] = labels
+
+    offsets = np.cumsum([0] + [g.num_nodes for g in graphs])
+    edges = [np.asarray(g.edges, np.int64).reshape(-1, 2) + offsets[k] for k, g in enumerate(graphs)]
+    answer = np.full((len(graphs), 3), -1, np.int64)
+    for k, g in enumerate(graphs):
+        spans = np.asarray(g.answer_spans, np.int64).reshape(-1, 3)
+        if len(spans) and spans[0, 0] >= 0:
+            answer[k] = (spans[0, 0] + offsets[k], spans[0, 1], spans[0, 2])
+
+    def per_node(name: str) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([np.asarray(getattr(g, name), np.int64).reshape(-1) for g in graphs]))
+
+    def per_graph(name: str) -> torch.Tensor:
+        return torch.tensor([int(getattr(g, name)) for g in graphs], dtype=torch.int64)
+
+    return GraphBatch(
+        input_ids=torch.from_numpy(input_ids),
+        attention_mask=torch.from_numpy(attention_mask),
+        token_type_ids=torch.from_numpy(token_type_ids),
+        paragraph_mask=torch.from_numpy(paragraph_mask),
+        sentence_ids=torch.from_numpy(sentence_ids),
+        node_graph=torch.from_numpy(np.repeat(np.arange(len(graphs)), [g.num_nodes for g in graphs])),
+        edges=torch.from_numpy(np.concatenate(edges).T.copy()),
+        graph_offsets=torch.from_numpy(offsets.astype(np.int64)),
+        num_sentences=per_node("num_sentences"),
+        node_relevance=per_node("node_relevance"),
+        node_has_answer=per_node("node_has_answer"),
+        sentence_labels=torch.from_numpy(sentence_labels),
+        answer_node=torch.from_numpy(answer[:, 0].copy()),
+        answer_start=torch.from_numpy(answer[:, 1].copy()),
+        answer_end=torch.from_numpy(answer[:, 2].copy()),
+        answer_type=per_graph("answer_type"),
+        question_type=per_graph("question_type"),
+        claim_label=per_graph("claim_label"),
+    )
+
+
+def pack_batches(graphs: Sequence[EncodedGraph], max_padded_tokens: int) -> list[list[int]]:
+    """Group graphs into batches whose padded size (nodes × longest node) stays within a token budget.
+
+    Graphs are taken longest node first, so that graphs of similar lengths share a batch and little
+    padding is wasted; a graph larger than the budget on its own gets a batch of its own.
+    Returns graph indices per batch; every graph appears exactly once.
+    """
+    order = sorted(range(len(graphs)), key=lambda k: -max(len(ids) for ids in graphs[k].input_ids))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    nodes = longest = 0
+    for k in order:
+        g_nodes, g_longest = graphs[k].num_nodes, max(len(ids) for ids in graphs[k].input_ids)
+        if current and (nodes + g_nodes) * max(longest, g_longest) > max_padded_tokens:
+            batches.append(current)
+            current, nodes, longest = [], 0, 0
+        current.append(k)
+        nodes, longest = nodes + g_nodes, max(longest, g_longest)
+    if current:
+        batches.append(current)
+    return batches

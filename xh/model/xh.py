@@ -1,0 +1,203 @@
+"""`XHModel`: Transformer-XH over any BERT-family encoder, with the task heads of one task.
+
+    cfg = ModelConfig(backbone="path/or/name", task="hotpot", hop_layers=3)
+    model = XHModel.from_backbone(cfg)          # pretrained backbone, random hop and head parameters
+    out = model(collate(graphs))                # XHOutput: logits, and loss when the batch has labels
+    out.loss.backward()
+
+    model.save_pretrained("out/xh")             # model.safetensors, xh_config.json, config.json, tokenizer files
+    model = XHModel.from_pretrained("out/xh")   # no pickle, no torch.load, no access to the original checkpoint
+
+The hop steps (`xh.model.hop`) run as forward hooks after the encoder's last K layers, so the
+backbone keeps its own module layout and weight names (`backbone.*`; hop parameters are `hop_steps.*`,
+heads `heads.*`). The hooks act only inside `XHModel.forward`/`encode`: `model.backbone(...)` called on its
+own is the plain backbone. The backbone's pooler is dropped (the heads read the hub directly, and
+DDP refuses parameters that get no gradient). Gradient checkpointing of the backbone is refused:
+its recomputation would run outside `encode`, without the graph.
+
+Loss: Σ weight × term over the terms whose labels the batch has (`ModelConfig.*_loss_weight`);
+`loss` is None when it has none. Every head output also enters the loss with weight 0, so each
+parameter gets a gradient in every step (DDP needs that even when a batch lacks one kind of label).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from xh.config import ModelConfig
+from xh.model.batch import GraphBatch
+from xh.model.heads import FeverHeads, HotpotHeads
+from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers
+
+WEIGHTS_FILE = "model.safetensors"
+XH_CONFIG_FILE = "xh_config.json"
+FORMAT = "transformer-xh"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class XHOutput:
+    hidden_states: torch.Tensor  # [N, L, H] final token states (hub at position 0)
+    node_logits: torch.Tensor  # [N] HotpotQA: relevance; FEVER: importance logits
+    loss: torch.Tensor | None = None  # weighted sum of `losses`; None when the batch has no labels
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)  # unweighted terms present in the batch
+    # HotpotQA
+    start_logits: torch.Tensor | None = None  # [N, L] float32, MASKED outside paragraph tokens
+    end_logits: torch.Tensor | None = None  # [N, L]
+    answer_type_logits: torch.Tensor | None = None  # [G, 3] over ANSWER_TYPES
+    sentence_logits: torch.Tensor | None = None  # [N, S] per paragraph sentence, MASKED where none
+    sentence_mask: torch.Tensor | None = None  # bool [N, S]: the node has tokens of that sentence
+    # FEVER
+    label_logits: torch.Tensor | None = None  # [N, 3] p(y|node) logits over CLAIM_LABELS
+    importance: torch.Tensor | None = None  # [N] p(node) within its graph (sums to 1 per graph)
+    claim_log_probs: torch.Tensor | None = None  # [G, 3] log Σ_nodes importance × p(y|node)
+    # Hop attention, for analysis: edges [2, E] (src, dst; with the self-loops added for isolated nodes)
+    # and per hop layer the weights [E, heads] (detached; empty when hop_layers = 0).
+    hop_edges: torch.Tensor | None = None
+    hop_attention: list[torch.Tensor] = field(default_factory=list)
+
+
+def load_tokenizer(name_or_path: str | Path):
+    """The backbone's fast tokenizer (decoding needs its offset mapping); a one-line error otherwise."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"no tokenizer could be loaded from {name_or_path}: {str(e).splitlines()[0]}") from None
+    if not tokenizer.is_fast:
+        raise ValueError(f"the tokenizer of {name_or_path} is not a fast tokenizer (offset mappings are needed)")
+    return tokenizer
+
+
+class XHModel(nn.Module):
+    def __init__(self, cfg: ModelConfig, backbone: nn.Module, tokenizer=None):
+        super().__init__()
+        self.cfg = cfg
+        self.backbone = backbone
+        self.tokenizer = tokenizer  # not a module: saved with save_pretrained, used by graph encoding
+        config = backbone.config
+        if getattr(backbone, "pooler", None) is not None:
+            backbone.pooler = None
+        hidden, init_range = config.hidden_size, getattr(config, "initializer_range", 0.02)
+        self.hop_steps = nn.ModuleList(
+            HopStep(
+                hidden,
+                cfg.hop_heads or config.num_attention_heads,
+                variant=cfg.hop_variant,
+                dropout=cfg.hop_dropout,
+                fusion_init=cfg.hop_fusion_init,
+                initializer_range=init_range,
+            )
+            for _ in range(cfg.hop_layers)
+        )
+        self._graph: HopGraph | None = None
+        layers = find_encoder_layers(backbone)
+        attach_hop_steps(layers, self.hop_steps, self._current_graph)
+        self._hop_layers = list(layers)[len(layers) - cfg.hop_layers :]  # plain list: already registered in backbone
+        dropout = getattr(config, "hidden_dropout_prob", 0.1)
+        heads_class = HotpotHeads if cfg.task == "hotpot" else FeverHeads
+        self.heads = heads_class(hidden, dropout=dropout, initializer_range=init_range)
+        # RoBERTa-style encoders have one token type: segment ids would index past their table.
+        self._use_token_types = getattr(config, "type_vocab_size", 0) > 1
+
+    def _current_graph(self) -> HopGraph | None:
+        return self._graph
+
+    # --- construction and persistence ---------------------------------------------------------------
+
+    @classmethod
+    def from_backbone(cls, cfg: ModelConfig) -> XHModel:
+        """Pretrained backbone and tokenizer from `cfg.backbone` (name or folder); hop and head parameters random."""
+        from transformers import AutoModel
+
+        try:
+            backbone = AutoModel.from_pretrained(
+                cfg.backbone, attn_implementation=cfg.attn_implementation, dtype=torch.float32
+            )
+        except OSError as e:
+            raise ValueError(f"backbone {cfg.backbone!r} could not be loaded: {str(e).splitlines()[0]}") from None
+        return cls(cfg, backbone, load_tokenizer(cfg.backbone))
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write weights (safetensors), xh_config.json, the backbone's config.json and the tokenizer."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        # Copies on the CPU: safetensors refuses tensors sharing storage, and the weights may sit on a GPU.
+        state = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
+        self.backbone.config.save_pretrained(directory)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory)
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "model": self.cfg.model_dump(mode="json")}
+        (directory / XH_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> XHModel:
+        """Load what `save_pretrained` wrote, in eval mode; only JSON and safetensors are read."""
+        from transformers import AutoConfig, AutoModel
+
+        directory = Path(directory)
+        meta_path = directory / XH_CONFIG_FILE
+        if not meta_path.is_file():
+            raise ValueError(f"{directory} is not a saved XH model (no {XH_CONFIG_FILE})")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{meta_path}: unsupported format {meta.get('format')!r} version {meta.get('version')!r}")
+        cfg = ModelConfig.model_validate(meta["model"])
+        backbone = AutoModel.from_config(
+            AutoConfig.from_pretrained(directory), attn_implementation=cfg.attn_implementation
+        )
+        tokenizer = load_tokenizer(directory) if (directory / "tokenizer_config.json").is_file() else None
+        model = cls(cfg, backbone, tokenizer)
+        model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)), strict=True)
+        return model.to(device).eval()
+
+    # --- forward ------------------------------------------------------------------------------------
+
+    def encode(self, batch: GraphBatch) -> torch.Tensor:
+        """Token states [N, L, H] of every node after the backbone with hop attention in its last K layers."""
+        return self._encode(batch)[0]
+
+    def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, HopGraph]:
+        if any(getattr(layer, "gradient_checkpointing", False) for layer in self._hop_layers):
+            raise ValueError("gradient checkpointing of the backbone is not supported with hop layers")
+        graph = HopGraph.build(batch.edges, batch.num_nodes, self.cfg.isolated_nodes)
+        self._graph = graph if self.hop_steps else None
+        try:
+            out = self.backbone(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                token_type_ids=batch.token_type_ids if self._use_token_types else None,
+            )
+        finally:
+            self._graph = None
+        return out.last_hidden_state, graph
+
+    def forward(self, batch: GraphBatch) -> XHOutput:
+        hidden, graph = self._encode(batch)
+        heads = self.heads(hidden, batch)
+        losses = self.heads.losses(heads, batch)
+        loss = None
+        if losses:
+            weights = {
+                "node": self.cfg.node_loss_weight,
+                "span": self.cfg.span_loss_weight,
+                "answer_type": self.cfg.answer_type_loss_weight,
+                "sentence": self.cfg.sentence_loss_weight,
+                "claim": self.cfg.claim_loss_weight,
+                "evidence": self.cfg.evidence_loss_weight,
+            }
+            loss = sum(weights[name] * term for name, term in losses.items())
+            # Zero-weighted: keeps every head parameter in the autograd graph (see the module docstring).
+            loss = loss + 0.0 * sum(value.sum() for value in heads.values() if value.is_floating_point())
+        hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}
+        return XHOutput(hidden_states=hidden, loss=loss, losses=losses, **heads, **hop)
+
