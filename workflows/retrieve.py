@@ -2,6 +2,7 @@
 
     xh retrieve index  --set retrieve.shards=8                 # docs table -> BM25 shards + manifest
     xh retrieve run    --questions hotpot.json                 # questions -> candidates (ir, el, exp)
+    xh retrieve run    --questions q.json --set retrieve.reranker=runs/demo/models/reranker   # re-ranked
     xh retrieve eval                                           # Supp / Ans recall of those candidates
     python -m workflows.retrieve --config my.yaml              # all three
 
@@ -9,7 +10,10 @@ Index: the `docs` table's files are cut into `retrieve.shards` contiguous doc ra
 tasks analyze each range twice — once for its partial corpus statistics (merged on the driver into
 the corpus-wide N, avgdl and df that make every shard score exactly like one index), once to build
 and save its shard. Candidates: the questions stream through an actor pool whose actors each load
-the shards, the entity linker and the link graph once (`xh.retrieval.candidates.Retriever`).
+the shards, the entity linker and the link graph once (`xh.retrieval.candidates.Retriever`), and
+the re-ranker with the docs' texts when `retrieve.reranker` names one (`workflows.train_reranker`).
+Inputs are checked before anything is written: a run that fails on a missing index or re-ranker
+leaves the previous run's questions, quarantine and candidates as they were.
 """
 
 from __future__ import annotations
@@ -129,7 +133,11 @@ def build_index(cfg: XHConfig) -> dict:
 class _QueryActor:
     """Ray Data actor: loads the retriever once, then turns question batches into candidate rows."""
 
-    def __init__(self, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3):
+    def __init__(self, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3, torch_threads: int):
+        if settings.reranker:
+            import torch
+
+            torch.set_num_threads(torch_threads)  # the actor's CPU share, not every core of the node
         self.retriever = Retriever.load(index_uri, tables_uri, settings, s3)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -142,8 +150,30 @@ def settings_of(cfg: XHConfig) -> RetrievalSettings:
     return RetrievalSettings(
         ir_candidates=r.ir_candidates, ir_keep=r.ir_keep, el_per_surface=r.el_per_surface,
         el_max_ngram=r.el_max_ngram, el_min_commonness=r.el_min_commonness, expansion_keep=r.expansion_keep,
-        expansion_max_neighbours=r.expansion_max_neighbours,
+        expansion_max_neighbours=r.expansion_max_neighbours, reranker=r.reranker, rerank_batch_size=r.rerank_batch_size,
+        el_rerank_candidates=r.el_rerank_candidates, expansion_rerank_pool=r.expansion_rerank_pool,
     )  # fmt: skip
+
+
+def check_inputs(cfg: XHConfig) -> None:
+    """The BM25 index and the re-ranker (when one is named) exist: a one-line error otherwise."""
+    s3, paths = s3_settings(cfg), _paths(cfg)
+    index_fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
+    if index_fs.get_file_info(manifest).type.name == "NotFound":
+        raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
+    if cfg.retrieve.reranker:
+        from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
+
+        fs, config = resolve(join(cfg.retrieve.reranker, RERANKER_CONFIG), s3)
+        if fs.get_file_info(config).type.name == "NotFound":
+            raise FileNotFoundError(f"no re-ranker at {cfg.retrieve.reranker} (missing {RERANKER_CONFIG}): "
+                                    "train one with `xh retrieve train-reranker`")  # fmt: skip
+
+
+def run_candidates(cfg: XHConfig) -> dict:
+    """`xh retrieve run`: check the inputs, then write the questions and their candidates."""
+    check_inputs(cfg)
+    return {"questions": write_questions(cfg), **retrieve(cfg)}
 
 
 def write_questions(cfg: XHConfig) -> dict:
@@ -165,9 +195,7 @@ def retrieve(cfg: XHConfig) -> dict:
     from ray.data import ActorPoolStrategy
 
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
-    index_fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
-    if index_fs.get_file_info(manifest).type.name == "NotFound":  # say so here, not from inside an actor
-        raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
+    check_inputs(cfg)  # say so here, not from inside an actor
     init_ray(cfg)
     start = time.perf_counter()
     fs, out = resolve(paths["output"], s3)
@@ -184,7 +212,7 @@ def retrieve(cfg: XHConfig) -> dict:
         batch_format="pyarrow",
         compute=ActorPoolStrategy(size=r.workers),
         num_cpus=r.cpus_per_worker,
-        fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), s3),
+        fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), s3, max(1, round(r.cpus_per_worker))),
     )
     fs.create_dir(f"{out}/candidates", recursive=True)
     fs.delete_dir_contents(f"{out}/candidates")
@@ -193,7 +221,7 @@ def retrieve(cfg: XHConfig) -> dict:
     counts = table.group_by("source").aggregate([("qid", "count")]).to_pylist()
     return {
         "candidates": {row["source"]: row["qid_count"] for row in counts},
-        "ranker": "bm25 / commonness (no trained re-ranker)",
+        "ranker": f"reranker {r.reranker}" if r.reranker else "bm25 / commonness (no trained re-ranker)",
         "seconds": round(time.perf_counter() - start, 3),
     }
 
@@ -221,6 +249,7 @@ def run(cfg: XHConfig) -> dict:
     s3, paths = s3_settings(cfg), _paths(cfg)
     fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
     summary = {"index": build_index(cfg) if fs.get_file_info(manifest).type.name == "NotFound" else "existing"}
+    check_inputs(cfg)
     summary["questions"] = write_questions(cfg)
     summary["retrieve"] = retrieve(cfg)
     summary["eval"] = evaluate(cfg)

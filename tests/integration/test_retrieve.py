@@ -75,3 +75,24 @@ def test_a_missing_shard_file_is_a_clear_error(world, tmp_path):
         load_index(str(broken))
     with pytest.raises(FileNotFoundError, match="no BM25 index"):
         load_index(str(tmp_path / "nothing"))
+
+
+def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_path):
+    """`xh retrieve run` checks its inputs first: the previous run's questions and quarantine survive a failed run."""
+    good = [{"_id": "a", "question": "Where?", "answer": "x"}, {"_id": "empty", "question": " ", "answer": "x"}]
+    (tmp_path / "first.json").write_text(json.dumps(good))
+    cfg = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'first.json'}"])
+    assert retrieve.write_questions(cfg) == {"questions": 1, "quarantined": 1}
+    before = {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")}
+
+    (tmp_path / "second.json").write_text(json.dumps([{"_id": "b", "question": "Who?"}]))
+    second = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'second.json'}"])
+    with pytest.raises(FileNotFoundError, match="no BM25 index at .*xh retrieve index"):
+        retrieve.run_candidates(second)
+    (tmp_path / "index" / "bm25").mkdir(parents=True)
+    (tmp_path / "index" / "bm25" / "manifest.json").write_text("{}")
+    no_reranker = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'second.json'}",
+                                     f"retrieve.reranker={tmp_path / 'no-reranker'}"])  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="no re-ranker at .*no-reranker"):
+        retrieve.run_candidates(no_reranker)
+    assert {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")} == before

@@ -38,10 +38,11 @@ def read(fmt: str, data: bytes | str, source: str = "test-file") -> tuple[list, 
     counts = ReadCounts()
     records = list(read_records(fmt, io.BytesIO(data), source, counts))
     assert counts.balanced, counts
-    assert (counts.docs, counts.redirects, counts.quarantined) == (
+    assert (counts.docs, counts.redirects, counts.quarantined, counts.partial) == (
         sum(r.kind == "doc" for r in records),
         sum(r.kind == "redirect" for r in records),
-        sum(r.kind == "quarantine" for r in records),
+        sum(r.kind == "quarantine" and not r.partial for r in records),
+        sum(r.kind == "quarantine" and r.partial for r in records),
     )
     return records, counts
 
@@ -147,8 +148,12 @@ def test_hotpot_abstract_that_is_only_its_title_stays_a_doc() -> None:
     # A real HotpotQA paragraph (its context for a train question): the abstract is the bare title.
     title = "Intel Extreme Masters Season IX \u2013 World Championship"
     page = {"id": "3", "title": title, "text": [title], "text_with_links": "not a list"}
-    (doc,), _ = read("hotpot", jsonl(page))
+    (doc, lost), counts = read("hotpot", jsonl(page))
     assert doc.sentences == [title] and doc.links == []  # a malformed text_with_links costs the links only
+    assert (lost.kind, lost.partial, lost.position, lost.reason) == (
+        "quarantine", True, 1, "links dropped: text_with_links is not a list"
+    )
+    assert (counts.records, counts.docs, counts.quarantined, counts.partial) == (1, 1, 0, 1)
 
 
 def test_hotpot_anchor_entities_and_tags_are_decoded_and_external_links_dropped() -> None:
@@ -168,8 +173,19 @@ def test_hotpot_anchor_entities_and_tags_are_decoded_and_external_links_dropped(
 
 def test_hotpot_links_are_dropped_when_they_do_not_align_with_the_sentences() -> None:
     page = {**ANARCHISM, "text_with_links": ANARCHISM["text_with_links"][:2]}
-    (doc,), _ = read("hotpot", jsonl(page))
-    assert doc.sentences == ANARCHISM["text"] and doc.links == []
+    whole = {**ANARCHISM, "id": "13"}
+    no_links = {key: value for key, value in ANARCHISM.items() if key != "text_with_links"} | {"id": "14"}
+    records, counts = read("hotpot", jsonl(whole, page, no_links))
+    assert [(r.kind, r.partial if r.kind == "quarantine" else None) for r in records] == [
+        ("doc", None), ("doc", None), ("quarantine", True), ("doc", None)
+    ]  # fmt: skip
+    doc, lost = records[1], records[2]
+    assert doc.sentences == ANARCHISM["text"] and doc.links == [] and records[0].links
+    n = len(ANARCHISM["text"])
+    assert lost.reason == f"links dropped: text_with_links has 2 sentences, text has {n}" and lost.group == "links dropped"
+    assert lost.position == 2 and json.loads(lost.raw)["id"] == ANARCHISM["id"]
+    assert set(lost.row()) == set(QUARANTINE.names)  # a row of the quarantine table like any other
+    assert counts.balanced and (counts.records, counts.docs, counts.quarantined, counts.partial) == (3, 3, 0, 1)
 
 
 def test_hotpot_bad_records_are_quarantined_with_their_reason() -> None:

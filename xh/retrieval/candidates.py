@@ -1,18 +1,23 @@
 """Candidate assembly: a question -> the documents its evidence graph is built from (paper §3, A.1).
 
-    retriever = Retriever.load(index_uri, tables_uri, RetrieveConfig())
+    retriever = Retriever.load(index_uri, tables_uri, RetrievalSettings())
     rows = retriever.candidates(["q1"], ["In which city was the founder of Arden Works born?"])
 
 Three sources, each a row of the `candidates` table (`xh.schemas.CANDIDATES`):
 
     ir   BM25 top `ir_candidates` (paper: 100) over the sharded index; graphs keep the first `ir_keep` (2)
     el   CMNS entity links: the top `el_per_surface` (1) docs per linked surface form
-    exp  documents linked to or from the kept ir and el docs, ranked by BM25 against the question,
-         top `expansion_keep` (15)
+    exp  documents linked to or from the kept ir and el docs, top `expansion_keep` (15)
 
-`ranker` says what ordered each source: `bm25`, `commonness`, or `links` (expansion without a
-scorer). A trained re-ranker would replace BM25's order for ir and exp; until one exists (see the
-issue note in the README), BM25 and commonness order are used and the rows say so.
+`ranker` says what ordered each row. Without a re-ranker: `bm25` (ir, and exp ranked by BM25 against
+the question), `commonness` (el), `links` (exp of a question with no BM25 terms). With one
+(`RetrievalSettings.reranker`, a folder written by `workflows.train_reranker`), every row says
+`reranker` and its `score` is the cross-encoder's logit:
+
+    ir   all `ir_candidates` BM25 documents re-ordered by the re-ranker (graphs keep its top `ir_keep`)
+    el   per surface, the `el_rerank_candidates` docs of highest commonness, re-ordered; top
+         `el_per_surface` kept
+    exp  the neighbours' `expansion_rerank_pool` best by BM25, re-ordered; top `expansion_keep` kept
 
 The index lives under one URI: `manifest.json` (analyzer, corpus stats, shards and their doc
 ranges) and one folder per shard (`xh.retrieval.bm25`).
@@ -25,11 +30,14 @@ import posixpath
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from xh import schemas
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
-from xh.storage import S3Settings, join, open_input
+from xh.storage import S3Settings, join, open_input, resolve
 
 INDEX_MANIFEST = "manifest.json"
 
@@ -45,6 +53,10 @@ class RetrievalSettings:
     el_min_commonness: float = 0.0
     expansion_keep: int = 15
     expansion_max_neighbours: int = 2000  # hub pages: only this many neighbours reach the scorer
+    reranker: str | None = None  # a trained cross-encoder (local or s3://); None: BM25 / commonness order
+    rerank_batch_size: int = 32
+    el_rerank_candidates: int = 5  # docs per surface the re-ranker chooses among
+    expansion_rerank_pool: int = 100  # neighbours (BM25's best) the re-ranker scores
 
 
 def load_index(index_uri: str, s3: S3Settings | None = None) -> list[BM25Shard]:
@@ -61,12 +73,37 @@ def load_index(index_uri: str, s3: S3Settings | None = None) -> list[BM25Shard]:
     return shards
 
 
-class Retriever:
-    """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph."""
+class Passages:
+    """The paragraph text of every doc, for the re-ranker: doc id -> "Title. paragraph"."""
 
-    def __init__(self, shards: list[BM25Shard], linker: EntityLinker, graph: LinkGraph, settings: RetrievalSettings):
+    def __init__(self, docs: pa.Table):
+        self._row = {doc_id: i for i, doc_id in enumerate(docs["doc_id"].to_pylist())}
+        self._titles, self._texts = docs["title"], docs["text"]
+
+    @classmethod
+    def load(cls, tables_uri: str, s3: S3Settings | None = None) -> "Passages":
+        fs, root = resolve(tables_uri, s3)
+        columns = ["doc_id", "title", "text"]
+        return cls(pq.read_table(f"{root}/docs", filesystem=fs, schema=schemas.DOCS, columns=columns))
+
+    def __call__(self, doc_ids: list[str]) -> list[str]:
+        from xh.retrieval.rerank import passage_text
+
+        rows = [self._row[d] for d in doc_ids]
+        return [passage_text(self._titles[r].as_py(), self._texts[r].as_py()) for r in rows]
+
+
+class Retriever:
+    """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph,
+    and, when `settings.reranker` names one, the re-ranker with the docs' texts."""
+
+    def __init__(self, shards: list[BM25Shard], linker: EntityLinker, graph: LinkGraph, settings: RetrievalSettings,
+                 reranker=None, passages: Passages | None = None):  # fmt: skip
+        if (reranker is None) != (passages is None):
+            raise ValueError("a re-ranker needs the docs' passages, and passages need a re-ranker")
         self.shards, self.linker, self.graph, self.settings = shards, linker, graph, settings
-        self.linker.per_surface = settings.el_per_surface
+        self.reranker, self.passages = reranker, passages
+        self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
         # doc id -> (shard, column), to score given documents for expansion
@@ -76,7 +113,18 @@ class Retriever:
 
     @classmethod
     def load(cls, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3: S3Settings | None = None):
-        return cls(load_index(index_uri, s3), EntityLinker.load(tables_uri, s3=s3), LinkGraph.load(tables_uri, s3=s3), settings)
+        reranker = passages = None
+        if settings.reranker:
+            from xh.retrieval.rerank import CrossEncoder
+
+            reranker, passages = CrossEncoder.load(settings.reranker, s3), Passages.load(tables_uri, s3)
+        return cls(load_index(index_uri, s3), EntityLinker.load(tables_uri, s3=s3), LinkGraph.load(tables_uri, s3=s3),
+                   settings, reranker, passages)  # fmt: skip
+
+    @property
+    def ranker(self) -> str:
+        """What orders the candidates: "reranker" or "bm25 / commonness"."""
+        return "reranker" if self.reranker is not None else "bm25 / commonness"
 
     def score_docs(self, terms: list[str], doc_ids: list[str]) -> np.ndarray:
         """BM25 scores of the given documents for one analyzed query (0 for documents not indexed)."""
@@ -92,32 +140,66 @@ class Retriever:
             scores[list(at)] = np.asarray(sub.sum(axis=0)).ravel()
         return scores
 
+    def rerank_scores(self, question: str, doc_ids: list[str]) -> np.ndarray:
+        """The re-ranker's logits of the docs for the question."""
+        if not doc_ids:
+            return np.zeros(0, dtype=np.float64)
+        return self.reranker.score(question, self.passages(doc_ids), batch_size=self.settings.rerank_batch_size)
+
     def candidates(self, qids: list[str], questions: list[str]) -> list[dict]:
         """Candidate rows (ir, el, exp) for a batch of questions."""
-        settings = self.settings
         analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
-        ir_results = search_shards(self.shards, analyzed, k=settings.ir_candidates)
+        ir_results = search_shards(self.shards, analyzed, k=self.settings.ir_candidates)
         links = self.linker.link_batch(questions)
         rows: list[dict] = []
-        for qid, terms, ir, linked in zip(qids, analyzed, ir_results, links):
-            for rank, (doc_id, score) in enumerate(zip(ir.doc_ids, ir.scores.tolist())):
-                rows.append(_row(qid, doc_id, "ir", score, rank, "bm25"))
-            linked = sorted(linked, key=lambda link: (-link.score, link.start))
-            for rank, link in enumerate(linked):
-                rows.append(_row(qid, link.doc_id, "el", link.score, rank, "commonness", link.surface))
-            seeds = list(dict.fromkeys([*ir.doc_ids[: settings.ir_keep], *(link.doc_id for link in linked)]))
-            if not seeds:
-                continue
-            expansion = self.graph.expand(
-                seeds,
-                question_scorer=(lambda ids, terms=terms: self.score_docs(terms, list(ids))) if terms else None,
-                top_k=settings.expansion_keep,
-                max_candidates=settings.expansion_max_neighbours,
-            )
-            ranker = "bm25" if expansion.ranking == "scorer" else "links"
-            for doc in expansion.docs:
-                rows.append(_row(qid, doc.doc_id, "exp", float(doc.score), doc.rank - 1, ranker))
+        for qid, question, terms, ir, linked in zip(qids, questions, analyzed, ir_results, links):
+            rows += self._question_rows(qid, question, terms, list(ir.doc_ids), ir.scores.tolist(), linked)
         return rows
+
+    def _question_rows(self, qid, question, terms, ir_ids, ir_scores, linked) -> list[dict]:
+        settings, rerank = self.settings, self.reranker is not None
+        if rerank:
+            # one pass of the cross-encoder over both sources' documents
+            scores = self.rerank_scores(question, [*ir_ids, *(link.doc_id for link in linked)])
+            ir_scores, el_scores = scores[: len(ir_ids)].tolist(), scores[len(ir_ids) :].tolist()
+            order = sorted(range(len(ir_ids)), key=lambda i: -ir_scores[i])  # stable: BM25 order breaks ties
+            ir_ids, ir_scores = [ir_ids[i] for i in order], [ir_scores[i] for i in order]
+            linked = _best_per_surface(linked, el_scores, settings.el_per_surface)
+        else:
+            linked = sorted(linked, key=lambda link: (-link.score, link.start))
+        ir_ranker, el_ranker = ("reranker", "reranker") if rerank else ("bm25", "commonness")
+        rows = [_row(qid, d, "ir", score, rank, ir_ranker) for rank, (d, score) in enumerate(zip(ir_ids, ir_scores))]
+        rows += [_row(qid, link.doc_id, "el", link.score, rank, el_ranker, link.surface) for rank, link in enumerate(linked)]
+        seeds = list(dict.fromkeys([*ir_ids[: settings.ir_keep], *(link.doc_id for link in linked)]))
+        if not seeds:
+            return rows
+        scorer = None
+        if terms:
+            scorer = (lambda ids: self._rerank_neighbours(question, terms, list(ids))) if rerank else (
+                lambda ids: self.score_docs(terms, list(ids)))  # fmt: skip
+        expansion = self.graph.expand(seeds, question_scorer=scorer, top_k=settings.expansion_keep,
+                                      max_candidates=settings.expansion_max_neighbours)  # fmt: skip
+        exp_ranker = "links" if expansion.ranking != "scorer" else "reranker" if rerank else "bm25"
+        rows += [_row(qid, doc.doc_id, "exp", float(doc.score), doc.rank - 1, exp_ranker) for doc in expansion.docs]
+        return rows
+
+    def _rerank_neighbours(self, question: str, terms: list[str], doc_ids: list[str]) -> np.ndarray:
+        """Re-ranker logits for BM25's best `expansion_rerank_pool` neighbours, -inf for the others."""
+        pool = max(self.settings.expansion_rerank_pool, self.settings.expansion_keep)
+        bm25 = self.score_docs(terms, doc_ids)
+        best = np.argsort(-bm25, kind="stable")[:pool]  # stable: the expansion's fallback order breaks ties
+        scores = np.full(len(doc_ids), -np.inf)
+        scores[best] = self.rerank_scores(question, [doc_ids[i] for i in best])
+        return scores
+
+
+def _best_per_surface(linked: list, scores: list[float], keep: int) -> list:
+    """Entity links re-scored by the re-ranker: the best `keep` per surface (by position), best first overall."""
+    by_surface: dict[tuple[int, int], list] = {}
+    for link, score in zip(linked, scores):
+        by_surface.setdefault((link.start, link.end), []).append(link._replace(score=float(score)))
+    kept = [link for group in by_surface.values() for link in sorted(group, key=lambda l: -l.score)[:keep]]
+    return sorted(kept, key=lambda link: (-link.score, link.start))
 
 
 def _row(qid: str, doc_id: str, source: str, score: float, rank: int, ranker: str, surface: str | None = None) -> dict:

@@ -12,6 +12,7 @@
             else:
                 record.row()  # a QUARANTINE row: source, position, reason, raw
     assert counts.balanced  # records read == docs + redirects + quarantined
+    # counts.partial: quarantine rows about docs that were kept but lost a part (see below)
 
 The formats (`read_hotpot`, `read_mediawiki`, `read_fever`; `read_records(fmt, ...)` picks one):
 
@@ -32,7 +33,14 @@ What a *record* is, the unit that the invariant `records == docs + redirects + q
 Each record becomes exactly one `Doc`, `Redirect` or `Quarantine`. Quarantine reasons start with a
 stable prefix (`Quarantine.group` returns it): "invalid json", "invalid record", "missing id",
 "missing title", "missing redirect target", "empty text", "non-utf8 bytes", "duplicate id",
-"invalid xml page", "unreadable wikitext", "truncated bz2 stream". Positions are 1-based line
+"invalid xml page", "unreadable wikitext", "truncated bz2 stream".
+
+A quarantine row can also describe a *partial* loss: the record was kept (as a doc) but a part of it
+could not be read. It then comes right after its doc, with `partial=True`, and is counted in
+`counts.partial`, not in `counts.quarantined` (the record is already counted as a doc, so
+`records == docs + redirects + quarantined` still holds; the quarantine table holds
+`quarantined + partial` rows). The one partial loss today: "links dropped" (hotpot), when
+"text_with_links" is malformed or does not line up with "text" (the doc keeps no links). Positions are 1-based line
 numbers (JSON lines) or 1-based ordinals of <page> elements in the file, skipped pages included.
 
 Sentences follow HotpotQA's convention: the whitespace between two sentences starts the next one,
@@ -94,6 +102,7 @@ class Doc:
     sentences: list[str]
     source: str
     links: list[Link] = field(default_factory=list)
+    lost: str = ""  # the reason of a partial loss ("links dropped: ..."), "" when the record was read whole
 
     @property
     def text(self) -> str:
@@ -137,6 +146,7 @@ class Quarantine:
     position: int  # 1-based line number, or 1-based <page> ordinal
     reason: str  # "<stable prefix>" or "<stable prefix>: <detail>"
     raw: str  # the record as read, cut to RAW_LIMIT characters
+    partial: bool = False  # True: the record was kept as a doc; this row says what of it was lost
 
     @property
     def group(self) -> str:
@@ -160,6 +170,7 @@ class ReadCounts:
     docs: int = 0
     redirects: int = 0
     quarantined: int = 0
+    partial: int = 0  # quarantine rows about kept docs that lost a part (not records of their own)
 
     @property
     def balanced(self) -> bool:
@@ -171,6 +182,8 @@ class ReadCounts:
             self.docs += 1
         elif record.kind == "redirect":
             self.redirects += 1
+        elif record.partial:
+            self.partial += 1
         else:
             self.quarantined += 1
 
@@ -285,7 +298,10 @@ def _read_json_lines(
                 counts.skipped += 1
                 continue
             counts.records += 1
-            yield _json_line_record(line, number, source, to_doc, seen_ids)
+            record = _json_line_record(line, number, source, to_doc, seen_ids)
+            yield record
+            if record.kind == "doc" and record.lost:
+                yield Quarantine(source, number, record.lost, _raw(line.decode("utf-8", "replace")), partial=True)
     except _Truncated as truncated:
         counts.records += 1
         partial = truncated.partial.decode("utf-8", "replace")
@@ -358,7 +374,8 @@ def read_hotpot(stream: BinaryIO, source: str, counts: ReadCounts | None = None)
 
     Links come from "text_with_links" (flattened the same way): the href, unquoted and normalised, is
     the target; the anchor is the tag's text (entities decoded); the sentence is the one it sits in.
-    When "text_with_links" does not have one entry per sentence, the doc keeps no links.
+    When "text_with_links" is malformed or does not have one entry per sentence, the doc keeps no
+    links and a partial quarantine row "links dropped: ..." follows it.
     """
     counts = ReadCounts() if counts is None else counts
     return _tallied(_read_json_lines(stream, source, counts, _hotpot_doc), counts)
@@ -373,7 +390,8 @@ def _hotpot_doc(obj: dict, source: str) -> Doc:
     sentences = _hotpot_sentences(obj.get("text"), raw_title, "text")
     if not _has_text(sentences):
         raise _Bad("empty text")
-    return Doc(doc_id, title, sentences, source, _hotpot_doc_links(obj, raw_title, len(sentences)))
+    links, lost = _hotpot_doc_links(obj, raw_title, len(sentences))
+    return Doc(doc_id, title, sentences, source, links, lost)
 
 
 def _hotpot_sentences(value, raw_title: str, key: str) -> list[str]:
@@ -392,13 +410,21 @@ def _hotpot_sentences(value, raw_title: str, key: str) -> list[str]:
     return [sentence for paragraph in paragraphs for sentence in paragraph]
 
 
-def _hotpot_doc_links(obj: dict, raw_title: str, n_sentences: int) -> list[Link]:
-    """Links are an extra: a malformed or misaligned "text_with_links" costs the links, not the doc."""
+def _hotpot_doc_links(obj: dict, raw_title: str, n_sentences: int) -> tuple[list[Link], str]:
+    """The doc's links, and the reason they were dropped ("" when none were).
+
+    Links are an extra: a malformed or misaligned "text_with_links" costs the links, not the doc.
+    A record without "text_with_links" has no links to lose.
+    """
+    if obj.get("text_with_links") is None:
+        return [], ""
     try:
         linked = _hotpot_sentences(obj.get("text_with_links"), raw_title, "text_with_links")
-    except _Bad:
-        return []
-    return _hotpot_links(linked) if len(linked) == n_sentences else []
+    except _Bad as bad:
+        return [], f"links dropped: {str(bad).removeprefix('invalid record: ')}"
+    if len(linked) != n_sentences:
+        return [], f"links dropped: text_with_links has {len(linked)} sentences, text has {n_sentences}"
+    return _hotpot_links(linked), ""
 
 
 def _hotpot_links(linked: list[str]) -> list[Link]:

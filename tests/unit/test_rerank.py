@@ -1,0 +1,196 @@
+"""xh.retrieval.rerank: the cross-encoder, its training pairs and files; the candidates' `ranker` column."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from xh.retrieval.candidates import Passages, Retriever, RetrievalSettings
+from xh.retrieval.rerank import (
+    CONFIG_FILE,
+    CrossEncoder,
+    Example,
+    epoch_batches,
+    examples_from_candidates,
+    examples_from_hotpot,
+    pair_loss,
+    passage_text,
+)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone(tmp_path_factory, minilm_path) -> str:
+    """A 2-layer, 32-wide random BERT with the real uncased vocabulary, saved as a from_pretrained folder."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+HOTPOT = [
+    {
+        "_id": "q1",
+        "question": "Which city is the birthplace of the founder of Arden Works?",
+        "supporting_facts": [["Arden Works", 0], ["Mara Quinn", 1]],
+        "context": [
+            ["Arden Works", ["Arden Works is a firm.", " It was founded by Mara Quinn."]],
+            ["Mara Quinn", ["Mara Quinn is a designer.", " She was born in Lake Melholm."]],
+            ["Lake Melholm", ["Lake Melholm is a city."]],
+            ["East Ebbridge", ["East Ebbridge is a town."]],
+            ["Empty", []],
+        ],
+    },
+    {"_id": "q2", "question": "No supporting facts here?", "context": [["A", ["a"]]]},
+]
+
+
+def test_hotpot_pairs_take_supporting_paragraphs_as_positives():
+    examples = examples_from_hotpot(HOTPOT, negatives_per_positive=1, seed=0)
+    positives = [e for e in examples if e.label == 1.0]
+    negatives = [e for e in examples if e.label == 0.0]
+    assert {e.passage for e in positives} == {
+        "Arden Works. Arden Works is a firm. It was founded by Mara Quinn.",
+        "Mara Quinn. Mara Quinn is a designer. She was born in Lake Melholm.",
+    }
+    assert len(negatives) == 2 and {e.passage.split(".")[0] for e in negatives} == {"Lake Melholm", "East Ebbridge"}
+    assert {e.qid for e in examples} == {"q1"}  # no positive, no pairs
+    assert examples_from_hotpot(HOTPOT, 1, seed=0) == examples  # seeded
+
+
+def test_retrieval_pairs_take_bm25_candidates_as_hard_negatives():
+    docs = {"1": ("Arden Works", "Arden Works is a firm."), "2": ("Mara Quinn", "Born in Lake Melholm."),
+            "3": ("Lake Melholm", "A city."), "4": ("East Ebbridge", "A town."), "5": ("Other", "x")}  # fmt: skip
+    questions = [{"qid": "q1", "question": "Where?", "supporting_facts": [{"title": "Mara Quinn", "sent": 0}]}]
+    candidates = [{"qid": "q1", "doc_id": d, "source": "ir", "rank": k} for k, d in enumerate(["4", "2", "3", "5"])]
+    candidates.append({"qid": "q1", "doc_id": "1", "source": "el", "rank": 0})
+    examples = examples_from_candidates(questions, candidates, docs, negatives_per_positive=2)
+    assert [(e.passage.split(".")[0], e.label) for e in examples] == [
+        ("Mara Quinn", 1.0), ("East Ebbridge", 0.0), ("Lake Melholm", 0.0)
+    ]  # fmt: skip
+
+
+def test_epoch_batches_are_full_and_reshuffled_per_epoch():
+    examples = [Example("q", "q", str(i), 0.0) for i in range(10)]
+    first, second = epoch_batches(examples, 3, seed=1, epoch=0), epoch_batches(examples, 3, seed=1, epoch=1)
+    assert [len(b) for b in first] == [3, 3, 3] and first != second
+    assert len({e.passage for b in first for e in b}) == 9
+
+
+def test_long_questions_are_cut_so_the_paragraph_keeps_room(tiny_backbone):
+    encoder = CrossEncoder.from_backbone(tiny_backbone, max_length=32)
+    batch = encoder.encode(["why " * 200], ["the paragraph " * 50])
+    assert batch["input_ids"].shape == (1, 32)
+    # the question keeps 16 tokens (+ [CLS] and [SEP]); the paragraph the other 13 (+ [SEP])
+    assert (batch["token_type_ids"][0] == 0).sum() == 16 + 2 and (batch["token_type_ids"][0] == 1).sum() == 14
+
+
+def test_save_then_load_gives_identical_scores(tiny_backbone, tmp_path):
+    encoder = CrossEncoder.from_backbone(tiny_backbone, max_length=64, seed=1)
+    passages = ["Mara Quinn was born in Lake Melholm.", "East Ebbridge is a town.", "x"]
+    before = encoder.score("Where was Mara Quinn born?", passages)
+    encoder.save(str(tmp_path / "reranker"))
+    assert json.loads((tmp_path / "reranker" / CONFIG_FILE).read_text())["max_length"] == 64
+    assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
+    loaded = CrossEncoder.load(str(tmp_path / "reranker"))
+    np.testing.assert_array_equal(loaded.score("Where was Mara Quinn born?", passages), before)
+    with pytest.raises(FileNotFoundError, match="no re-ranker"):
+        CrossEncoder.load(str(tmp_path / "nothing"))
+
+
+@pytest.mark.slow  # fine-tunes the real MiniLM for 20 steps: ~15 s on two idle cores
+def test_training_on_a_toy_task_ranks_positives_first(minilm_path):
+    """Which paragraph names the thing asked about? Trained on ten words, tested on five others."""
+    torch.manual_seed(0)
+    encoder = CrossEncoder.from_backbone(minilm_path, max_length=32, seed=0)
+    words = "apple river castle violin tiger garden pencil rocket mirror candle island forest bottle dragon ladder"
+    words = words.split()
+    seen, unseen = words[:10], words[10:]
+    rng = random.Random(0)
+
+    def pairs(word: str) -> list[Example]:
+        other = rng.choice([w for w in seen if w != word])
+        question = f"where is the {word}?"
+        return [Example("q", question, f"the {word} is in the box.", 1.0),
+                Example("q", question, f"the {other} is in the box.", 0.0)]  # fmt: skip
+
+    def top1(pool: list[str]) -> int:
+        hits = 0
+        for word in pool:
+            passages = [f"the {w} is in the box." for w in [word, *(v for v in pool if v != word)]]
+            scores = encoder.score(f"where is the {word}?", passages)
+            hits += int(scores[0] > scores[1:].max())
+        return hits
+
+    untrained = top1(unseen)
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=5e-5)
+    examples = [e for _ in range(8) for word in seen for e in pairs(word)]
+    losses = []
+    for epoch in range(2):
+        for batch in epoch_batches(examples, 16, seed=0, epoch=epoch):
+            loss = pair_loss(encoder, encoder, batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    assert top1(unseen) == len(unseen) > untrained
+
+
+class _FirstWordReranker:
+    """A stand-in scorer with a known order (a paragraph scores 1 when it holds the question's last word)."""
+
+    def score(self, question: str, passages: list[str], batch_size: int = 32) -> np.ndarray:
+        word = question.rstrip("?").split()[-1].lower()
+        return np.array([float(word in p.lower()) for p in passages])
+
+
+def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, tmp_path):
+    import pyarrow.parquet as pq
+
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+    from xh.retrieval.entity_linking import EntityLinker
+    from xh.retrieval.expansion import LinkGraph
+
+    tables, questions = synth_tables
+    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
+    tokens = Analyzer().analyze_batch([f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())])
+    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
+    parts = ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
+    bridge = [q for q in questions if q["type"] == "bridge"][:3]
+    qids, texts = [q["_id"] for q in bridge], [q["question"] for q in bridge]
+
+    plain = Retriever(*parts, RetrievalSettings(ir_candidates=20)).candidates(qids, texts)
+    assert {(r["source"], r["ranker"]) for r in plain} == {("ir", "bm25"), ("el", "commonness"), ("exp", "bm25")}
+
+    settings = RetrievalSettings(ir_candidates=20, el_rerank_candidates=3)
+    reranked = Retriever(*parts, settings, _FirstWordReranker(), Passages(docs)).candidates(qids, texts)
+    assert {r["ranker"] for r in reranked} == {"reranker"}
+    for qid in qids:
+        ir_plain = [r["doc_id"] for r in plain if r["qid"] == qid and r["source"] == "ir"]
+        ir = [r for r in reranked if r["qid"] == qid and r["source"] == "ir"]
+        assert sorted(r["doc_id"] for r in ir) == sorted(ir_plain)  # the same 20 documents, re-ordered
+        scores = [r["score"] for r in ir]
+        assert scores == sorted(scores, reverse=True) and [r["rank"] for r in ir] == list(range(len(ir)))
+        el = [r for r in reranked if r["qid"] == qid and r["source"] == "el"]
+        assert len({r["surface"] for r in el}) == len(el)  # still one entity per surface
+        exp = [r for r in reranked if r["qid"] == qid and r["source"] == "exp"]
+        assert len(exp) <= 15 and all(np.isfinite(r["score"]) for r in exp)
+
+    # a real cross-encoder plugs in the same way and scores every row
+    real = Retriever(*parts, settings, CrossEncoder.from_backbone(tiny_backbone, max_length=64), Passages(docs))
+    rows = real.candidates(qids[:1], texts[:1])
+    assert rows and {r["ranker"] for r in rows} == {"reranker"}
+    assert passage_text("T", " x ") == "T. x"
