@@ -254,6 +254,7 @@ def run(cfg: XHConfig) -> dict:
     import ray
     import ray.data
     from ray.data import ActorPoolStrategy
+    from ray.data.expressions import col
 
     from workflows.build_graphs import settings_of as graph_settings_of
     from workflows.train import _absolute_tracking
@@ -270,7 +271,7 @@ def run(cfg: XHConfig) -> dict:
         raise FileNotFoundError(f"no .jsonl or .parquet question files at {sc.input}")
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
-    run_date = sc.run_date or dt.datetime.now(dt.timezone.utc).date().isoformat()
+    run_date = (sc.run_date or dt.datetime.now(dt.timezone.utc).date()).isoformat()
     paths = _paths(cfg, model, run_date)
     snapshot = corpus_snapshot(paths["index"], s3)
     init_ray(cfg)
@@ -292,13 +293,14 @@ def run(cfg: XHConfig) -> dict:
             _write_stage(parsed, parsed_uri, s3)
         seconds["parse"] = time.perf_counter() - start
 
+        _maybe_fail(sc.fail_before, "graphs")
         start = time.perf_counter()
         if _done(graphs_uri, s3):
             resumed.append("graphs")
         else:
             fs, path = resolve(parsed_uri, s3)
             good = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25}).filter(
-                expr="reason is null"
+                expr=col("reason").is_null(), num_cpus=0.25
             )
             # new questions have no answer to require
             settings = dataclasses.replace(graph_settings_of(cfg), require_answer=False)
@@ -310,10 +312,11 @@ def run(cfg: XHConfig) -> dict:
             _write_stage(graphs, graphs_uri, s3)
         seconds["graphs"] = time.perf_counter() - start
 
+        _maybe_fail(sc.fail_before, "inference")
         start = time.perf_counter()
         fs, path = resolve(graphs_uri, s3)
         built = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25}).filter(
-            expr="graph is not null"
+            expr=col("graph").is_not_null(), num_cpus=0.25
         )
         predictions = built.map_batches(
             _InferenceActor, batch_size=sc.batch_size, batch_format="pyarrow",
@@ -352,6 +355,15 @@ def run(cfg: XHConfig) -> dict:
         mlflow.log_dict(summary, "score_summary.json")
         summary["mlflow_run_id"] = mlflow_run.info.run_id
     return summary
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by `score.fail_before` (tests of resumption)."""
+
+
+def _maybe_fail(fail_before: str | None, stage: str) -> None:
+    if fail_before == stage:
+        raise InjectedFailure(f"score.fail_before={stage}: stopping before the {stage} stage")
 
 
 def _write_quarantine(parsed_uri: str, graphs_uri: str, target: str, s3) -> dict[str, int]:

