@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from workflows.common import init_ray, log, main, s3_settings
 from workflows.retrieve import settings_of
 from xh import schemas
-from xh.config import XHConfig
+from xh.config import ConfigError, XHConfig
 from xh.storage import join, list_files, open_input, resolve
 
 DONE = "_SUCCESS"
@@ -39,23 +39,29 @@ DONE = "_SUCCESS"
 # --- the model version -----------------------------------------------------------------------------
 
 
+def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """`models:/NAME@ALIAS` -> (NAME, ALIAS, None); `models:/NAME/VERSION` -> (NAME, None, VERSION)."""
+    ref = uri[len("models:/") :] if uri.startswith("models:/") else ""
+    name, alias = ref.split("@", 1) if "@" in ref else (ref, None)
+    name, number = (name.split("/", 1) + [None])[:2] if alias is None else (name, None)
+    if not name or not (alias or number):
+        raise ConfigError(f"score.model must be models:/NAME@ALIAS or models:/NAME/VERSION, not {uri!r}")
+    return name, alias, number
+
+
 def resolve_model(uri: str) -> dict:
     """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> name, version, run id (looked up once)."""
     import mlflow
 
-    if not uri.startswith("models:/"):
-        raise ValueError(f"score.model must be models:/NAME@ALIAS or models:/NAME/VERSION, not {uri!r}")
+    name, alias, number = parse_model_uri(uri)
     client = mlflow.MlflowClient()
-    ref = uri[len("models:/") :]
     try:
-        if "@" in ref:
-            name, alias = ref.split("@", 1)
+        if alias:
             version = client.get_model_version_by_alias(name, alias)
         else:
-            name, number = ref.split("/", 1)
             version = client.get_model_version(name, number)
     except mlflow.exceptions.MlflowException as e:
-        raise ValueError(f"cannot resolve {uri}: {e.message}") from None
+        raise ConfigError(f"score.model: cannot resolve {uri}: {e.message}") from None
     return {"name": name, "version": str(version.version), "run_id": version.run_id or ""}
 
 
@@ -127,11 +133,16 @@ STAGED_GRAPHS = pa.schema(
 class _GraphActor:
     """Loads the retriever once; per batch: candidates, then graphs (a question without one keeps its reason)."""
 
-    def __init__(self, index_uri: str, tables_uri: str, retrieval_settings, graph_settings, s3):
+    def __init__(self, index_uri: str, tables_uri: str, retrieval_settings, graph_settings, classifier_dir, s3):
         from xh.retrieval.candidates import Retriever
 
         self.retriever = Retriever.load(index_uri, tables_uri, retrieval_settings, s3)
         self.tables_uri, self.graph_settings, self.s3 = tables_uri, graph_settings, s3
+        self.classifier = None
+        if classifier_dir:  # new questions come without a type: bridge or comparison decides the graph
+            from xh.model.qtype import QuestionTypeClassifier
+
+            self.classifier = QuestionTypeClassifier.load(classifier_dir).predict
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from xh.graph.hotpot import HotpotGraphBuilder
@@ -142,7 +153,7 @@ class _GraphActor:
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             by_qid.setdefault(row["qid"], []).append(row)
         doc_ids = {row["doc_id"] for rows in by_qid.values() for row in rows}
-        builder = HotpotGraphBuilder.load(self.tables_uri, doc_ids, self.graph_settings, self.s3)
+        builder = HotpotGraphBuilder.load(self.tables_uri, doc_ids, self.graph_settings, self.s3, self.classifier)
         out = []
         for q, outcome in zip(questions, builder.build_many(questions, by_qid)):
             graph = json.dumps(outcome.graph, default=str) if outcome.graph is not None else None
@@ -263,6 +274,7 @@ def run(cfg: XHConfig) -> dict:
     s3 = s3_settings(cfg)
     cfg = _absolute_tracking(cfg)
     sc = cfg.score
+    parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
     if not sc.input:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
     inputs = list_files(sc.input, s3)
@@ -307,7 +319,8 @@ def run(cfg: XHConfig) -> dict:
             graphs = good.map_batches(
                 _GraphActor, batch_size=sc.batch_size, batch_format="pyarrow",
                 compute=ActorPoolStrategy(size=sc.workers), num_cpus=sc.cpus_per_worker,
-                fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), settings, s3),
+                fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), settings,
+                                     sc.question_classifier, s3),
             )  # fmt: skip
             _write_stage(graphs, graphs_uri, s3)
         seconds["graphs"] = time.perf_counter() - start

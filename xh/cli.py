@@ -258,22 +258,5 @@ def _run_with_config(action, config: Optional[str], overrides: Optional[List[str
     typer.echo(json.dumps(summary, sort_keys=True))
 
 
-# Stages of later issues: listed so that `xh --help` shows the whole pipeline.
-_NOT_BUILT = {
-}
-
-
-def _not_built(name: str, summary: str) -> None:
-    def command(args: Optional[List[str]] = typer.Argument(None)) -> None:
-        typer.echo(f"error: stage '{name}' is not built yet", err=True)
-        raise typer.Exit(2)
-
-    app.command(name, help=f"{summary} (not built yet).", context_settings={"ignore_unknown_options": True})(command)
-
-
-for _name, _summary in _NOT_BUILT.items():
-    _not_built(_name, _summary)
-
-
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -107,13 +107,13 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     example_input = graph_input(example_rows)
     example_output = predictions_frame(predict_graphs(model, tokenizer, example_rows))
     name = cfg.train.register_as
-    with mlflow.start_run(run_id=run_id):
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=str(PYFUNC_ENTRY),
             artifacts={"model": model_dir},
             code_paths=[str(PACKAGE_DIR)],
-            signature=infer_signature(example_input, example_output),
+            signature=infer_signature(example_input, example_output, params={"batch_graphs": 8}),
             input_example=example_input,
             pip_requirements=pip_requirements(),
         )

@@ -67,7 +67,9 @@ def stage_run(cfg: XHConfig, stage: str, run_name: str | None = None, s3: S3Sett
     import mlflow
 
     experiment_id = configure(cfg.mlflow, s3)
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage) as run:
+    # Inside another stage's run (the demo's), a stage's run is its child.
+    nested = mlflow.active_run() is not None
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, nested=nested) as run:
         mlflow.set_tags({"stage": stage, **environment_tags()})
         mlflow.log_params(flatten(cfg, stage))
         yield run

@@ -19,7 +19,6 @@ from xh.model.qtype import (
     holdout_split,
     labelled_questions,
     main,
-    resolve_question_types,
 )
 
 NAMES = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Muse", "Blur", "Oasis", "Snatch", "Heat", "Paris", "Lyon",
@@ -124,17 +123,6 @@ def test_train_refuses_bad_labels(tiny_backbone):
         QuestionTypeClassifier.train(["Who is older, A or B?"], ["comparison"], tiny_backbone)
     with pytest.raises(ValueError, match="2 questions but 1 types"):
         QuestionTypeClassifier.train(["a?", "b?"], ["bridge"], tiny_backbone)
-
-
-def test_resolve_prefers_the_data(tiny_classifier):
-    questions = ["Who was born first, Muse or Blur?", "What city was the director of Heat born in?", "Odd?"]
-    resolved = resolve_question_types(questions, ["bridge", None, "unknown"], tiny_classifier)
-    assert resolved[0] == ("bridge", "data")  # the data wins even where the classifier would disagree
-    assert resolved[1] == ("bridge", "classifier")
-    assert resolved[2][1] == "classifier"
-    with pytest.raises(ValueError, match="no classifier"):
-        resolve_question_types(questions, ["bridge", None, None], None)
-    assert resolve_question_types(["q"], ["comparison"], None) == [("comparison", "data")]
 
 
 def test_labelled_questions_quarantine_bad_records():

@@ -5,7 +5,11 @@
     losses = heads.losses(out, batch)          # {"node": ..., "span": ..., ...}, only terms with labels
 
 HotpotQA (`HotpotHeads`):
-- node relevance: Linear on the final hub -> node_logits [N]; BCE against `node_relevance`.
+- node relevance: Linear on the final hub -> node_logits [N]; BCE against `node_relevance` (the nodes
+  holding supporting facts), plus cross-entropy over each graph's nodes towards the answer node
+  (answer_spans row 0): decoding takes the span from the top node, and for a bridge question both
+  supporting nodes are relevant, so the BCE alone would not say which of them holds the answer
+  (the original release trained this head on the answer node, `is_ans`).
 - answer span: Linear on every token -> start/end logits [N, L], masked to paragraph tokens (question,
   anchors and padding get MASKED); cross-entropy on the answer node's row (answer_spans row 0).
 - answer type (span / yes / no): Linear on the graph's hubs pooled with the softmax of node_logits over
@@ -96,6 +100,10 @@ class HotpotHeads(nn.Module):
         has_span = batch.answer_node >= 0
         if has_span.any():
             rows = batch.answer_node[has_span]
+            # the answer node ranks first among its graph's nodes (decoding reads the span there)
+            log_p = segment_log_softmax(out["node_logits"], batch.node_graph, batch.num_graphs)
+            answer_node_nll = -log_p[rows].mean()
+            losses["node"] = losses["node"] + answer_node_nll if "node" in losses else answer_node_nll
             start = F.cross_entropy(out["start_logits"][rows], batch.answer_start[has_span])
             end = F.cross_entropy(out["end_logits"][rows], batch.answer_end[has_span])
             losses["span"] = (start + end) / 2

@@ -3,13 +3,13 @@
 Graph building needs the type of every HotpotQA question (comparison questions get a fully connected
 graph and no expansion). The data gives it when present; new questions get it from this classifier.
 
-    from xh.model.qtype import QuestionTypeClassifier, evaluate, resolve_question_types
+    from xh.model.qtype import QuestionTypeClassifier, evaluate
     clf = QuestionTypeClassifier.train(questions, types, backbone="path/or/name")
     clf.predict(["Who was born first, Ada Lovelace or Alan Turing?"])      # ["comparison"]
     clf.predict_proba(questions)                                           # float32 [n, 2], QUESTION_TYPES order
     evaluate(clf, questions, types)          # accuracy, per-class precision / recall / f1, confusion counts
     clf.save("runs/qtype"); clf = QuestionTypeClassifier.load("runs/qtype")
-    resolve_question_types(questions, types_or_none, clf)  # [(type, "data" | "classifier"), ...]
+    # graph building asks it only for questions whose type the data lacks (xh.graph.hotpot)
 
     python -m xh.model.qtype --train hotpot_dev_questions_simplified_from200.json --backbone PATH --out runs/qtype
 
@@ -274,19 +274,6 @@ class QuestionTypeClassifier:
         if weights_fingerprint(model) != config.backbone_sha256:
             raise ValueError(f"backbone {str(source)!r} is not the one the classifier in {directory} was trained on")
         return cls(config, tokenizer, model, load_file(str(directory / HEAD_FILE)))
-
-
-def resolve_question_types(
-    questions: Sequence[str], known: Sequence[str | None], classifier: QuestionTypeClassifier | None
-) -> list[tuple[str, str]]:
-    """(type, source) per question: the data's type when it is a known one ("data"), else the classifier's."""
-    if len(questions) != len(known):
-        raise ValueError(f"{len(questions)} questions but {len(known)} types")
-    unknown = [i for i, t in enumerate(known) if t not in QUESTION_TYPES]
-    if unknown and classifier is None:
-        raise ValueError(f"{len(unknown)} questions have no type in the data and no classifier was given")
-    predicted = dict(zip(unknown, classifier.predict([questions[i] for i in unknown]))) if unknown else {}
-    return [(predicted[i], "classifier") if i in predicted else (str(t), "data") for i, t in enumerate(known)]
 
 
 # --- evaluation --------------------------------------------------------------------------------------
