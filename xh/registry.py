@@ -107,6 +107,8 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     example_input = graph_input(example_rows)
     example_output = predictions_frame(predict_graphs(model, tokenizer, example_rows))
     name = cfg.train.register_as
+    # start_run(run_id) refuses a run of another experiment than the process's active one
+    mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         info = mlflow.pyfunc.log_model(
             name="model",
