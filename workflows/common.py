@@ -38,7 +38,8 @@ def init_ray(cfg: XHConfig) -> None:
     # settings, see infra/submit.sh); passing them again makes Ray refuse to merge the two.
     in_job = RAY_JOB_CONFIG_JSON_ENV_VAR in os.environ
     ray.init(
-        address=cfg.ray.address,
+        # "local": a new in-process cluster, never one that happens to run on this machine already
+        address=cfg.ray.address or "local",
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
         runtime_env=None if in_job else s3_settings(cfg).ray_runtime_env(),

@@ -286,11 +286,11 @@ def train_loop_per_worker(config: dict) -> None:
             if tracking is not None:
                 seconds = time.perf_counter() - window_start
                 tracking.step(progress.step, {
-                    "loss": float(output.loss), "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                    "loss": output.loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
                     # this worker's throughput times the workers: every worker runs the same batches
                     "graphs_per_s": window_graphs * plan.workers / seconds,
                     "tokens_per_s": window_tokens * plan.workers / seconds,
-                } | {f"loss_{k}": float(v) for k, v in output.losses.items()})  # fmt: skip
+                } | {f"loss_{k}": v.item() for k, v in output.losses.items()})  # fmt: skip
             window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
             if train.fail_at_step == progress.step and rank == 0:
                 _inject_failure_once(cfg, progress.step, config["storage_dir"])
