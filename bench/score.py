@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=200)
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--workers", type=int, default=1, help="graph actors and model actors, each")
+    parser.add_argument("--inference-cpus", type=float, default=0.75,
+                        help="CPUs of each model actor (leave some of the cluster to the read and write tasks)")
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
@@ -122,11 +124,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
         base, questions, model_dir = setup(work, args.docs, args.questions, backbone)
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
         register(base, work, model_dir)
         cfg = load_config(None, [*base, f"score.input={work / 'incoming'}", "score.model=models:/xh-bench@champion",
                                  f"score.workers={args.workers}", f"score.inference_workers={args.workers}",
+                                 f"score.inference_cpus={args.inference_cpus}",
                                  f"score.use_gpu={'true' if args.gpu else 'false'}"])  # fmt: skip
         start = time.perf_counter()
         summary = batch_score.run(cfg)

@@ -313,7 +313,7 @@ def run(cfg: XHConfig) -> dict:
             fs, path = resolve(parsed_uri, s3)
             good = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25}).filter(
                 expr=col("reason").is_null(), num_cpus=0.25
-            )
+            ).materialize()  # read before the actor pool holds the CPUs (Ray's file listing wants a whole one)
             # new questions have no answer to require
             settings = dataclasses.replace(graph_settings_of(cfg), require_answer=False)
             graphs = good.map_batches(
@@ -330,7 +330,7 @@ def run(cfg: XHConfig) -> dict:
         fs, path = resolve(graphs_uri, s3)
         built = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25}).filter(
             expr=col("graph").is_not_null(), num_cpus=0.25
-        )
+        ).materialize()  # as above: read first, then the model actors
         predictions = built.map_batches(
             _InferenceActor, batch_size=sc.batch_size, batch_format="pyarrow",
             compute=ActorPoolStrategy(size=sc.inference_workers), num_cpus=sc.inference_cpus,
