@@ -33,13 +33,15 @@ def init_ray(cfg: XHConfig) -> None:
 
     if ray.is_initialized():
         return
-    local = cfg.ray.address is None
     # A driver started by `ray job submit` already runs in the job's runtime env (which carries the S3
     # settings, see infra/submit.sh); passing them again makes Ray refuse to merge the two.
     in_job = RAY_JOB_CONFIG_JSON_ENV_VAR in os.environ
+    # Unset address: a job's driver (or RAY_ADDRESS) joins its cluster; otherwise "local" starts a new
+    # in-process cluster, never one that happens to run on this machine already.
+    address = cfg.ray.address or (None if in_job or os.environ.get("RAY_ADDRESS") else "local")
+    local = address == "local"
     ray.init(
-        # "local": a new in-process cluster, never one that happens to run on this machine already
-        address=cfg.ray.address or "local",
+        address=address,
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
         runtime_env=None if in_job else s3_settings(cfg).ray_runtime_env(),
