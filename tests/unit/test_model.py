@@ -311,6 +311,41 @@ def test_losses_are_present_for_labelled_batches_and_gradients_reach_hop_paramet
         assert param.grad is not None, name  # DDP needs every parameter in the graph
 
 
+def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(tiny_backbone, tokenizer):
+    """Both supporting pages of a bridge question are relevant; only the answer page holds the span, so
+    the node loss adds the negative log-probability of the answer node among its graph's nodes."""
+    import torch.nn.functional as F
+
+    from xh.model.heads import HotpotHeads
+
+    batch = collate(hotpot_graphs(tokenizer))
+    model = make_model(tiny_backbone, hop_layers=2).eval()
+    with torch.no_grad():
+        out = model(batch)
+    logits = out.node_logits
+    known = batch.node_relevance >= 0
+    bce = F.binary_cross_entropy_with_logits(logits[known], batch.node_relevance[known].float())
+    rank_terms = []
+    for g in range(batch.num_graphs):
+        node = int(batch.answer_node[g])
+        if node >= 0:
+            lo, hi = int(batch.graph_offsets[g]), int(batch.graph_offsets[g + 1])
+            rank_terms.append(-(logits[node] - torch.logsumexp(logits[lo:hi], 0)))
+    assert len(rank_terms) == 2  # q1 and q3 have a span answer; q2 is yes/no
+    torch.testing.assert_close(out.losses["node"], bce + torch.stack(rank_terms).mean())
+    # raising the answer node's logit lowers the loss; raising its supporting neighbour's raises the rank term
+    heads = {name: getattr(out, name) for name in ("node_logits", "start_logits", "end_logits",
+                                                     "answer_type_logits", "sentence_logits", "sentence_mask")}
+    answer = int(batch.answer_node[0])
+    neighbour = 0 if answer != 0 else 1
+    up = dict(heads, node_logits=logits.clone().index_put_((torch.tensor([answer]),), logits[answer] + 1.0))
+    other = dict(heads, node_logits=logits.clone().index_put_((torch.tensor([neighbour]),), logits[neighbour] + 1.0))
+    assert HotpotHeads.losses(up, batch)["node"] < out.losses["node"]
+    rank_before = rank_terms[0]
+    rank_after = -(other["node_logits"][answer] - torch.logsumexp(other["node_logits"][0:3], 0))
+    assert rank_after > rank_before
+
+
 def test_output_reports_hop_attention_per_layer(tiny_backbone, tokenizer):
     model = make_model(tiny_backbone, hop_layers=2).eval()
     batch = collate(hotpot_graphs(tokenizer))
