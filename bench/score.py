@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="graph actors and model actors, each")
     parser.add_argument("--inference-cpus", type=float, default=0.75,
                         help="CPUs of each model actor (leave some of the cluster to the read and write tasks)")
+    parser.add_argument("--inference-threads", type=int, default=2, help="torch threads of each model actor")
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
@@ -130,6 +131,7 @@ def main() -> None:
         cfg = load_config(None, [*base, f"score.input={work / 'incoming'}", "score.model=models:/xh-bench@champion",
                                  f"score.workers={args.workers}", f"score.inference_workers={args.workers}",
                                  f"score.inference_cpus={args.inference_cpus}",
+                                 f"score.inference_threads={args.inference_threads}",
                                  f"score.use_gpu={'true' if args.gpu else 'false'}"])  # fmt: skip
         start = time.perf_counter()
         summary = batch_score.run(cfg)

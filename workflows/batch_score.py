@@ -167,10 +167,15 @@ class _GraphActor:
 class _InferenceActor:
     """Loads one registered model version once; graphs in, PREDICTIONS rows out."""
 
-    def __init__(self, model: dict, corpus_snapshot: str, scored_at: dt.datetime, batch_graphs: int, mlflow_cfg, s3):
+    def __init__(self, model: dict, corpus_snapshot: str, scored_at: dt.datetime, batch_graphs: int,
+                 threads: int | None, mlflow_cfg, s3):  # fmt: skip
         import mlflow
+        import torch
 
         from xh.tracking import configure
+
+        if threads:
+            torch.set_num_threads(threads)
 
         configure(mlflow_cfg, s3)
         self.model = mlflow.pyfunc.load_model(f"models:/{model['name']}/{model['version']}")
@@ -336,7 +341,7 @@ def run(cfg: XHConfig) -> dict:
             compute=ActorPoolStrategy(size=sc.inference_workers), num_cpus=sc.inference_cpus,
             num_gpus=1 if use_gpu else 0,
             fn_constructor_args=(model, snapshot, dt.datetime.now(dt.timezone.utc).replace(microsecond=0),
-                                 sc.batch_graphs, cfg.mlflow, s3),
+                                 sc.batch_graphs, sc.inference_threads, cfg.mlflow, s3),
         )  # fmt: skip
         _write_stage(predictions, predictions_uri, s3)
         seconds["inference"] = time.perf_counter() - start

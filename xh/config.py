@@ -155,6 +155,9 @@ class ScoreConfig(Section):
     cpus_per_worker: float = Field(0.5, gt=0)
     inference_workers: int = Field(1, ge=1, description="model actors (one GPU each when the cluster has GPUs)")
     inference_cpus: float = Field(0.5, gt=0)
+    inference_threads: int | None = Field(
+        None, ge=1, description="torch threads per model actor (None: Ray's default, one per whole CPU, at least 1)"
+    )
     use_gpu: bool | None = Field(None, description="None: use GPUs when the cluster has them")
     batch_size: int = Field(64, ge=1, description="questions per actor call")
     batch_graphs: int = Field(8, ge=1, description="graphs per forward pass")
