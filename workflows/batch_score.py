@@ -31,6 +31,7 @@ from workflows.common import init_ray, log, main, s3_settings
 from workflows.retrieve import settings_of
 from xh import schemas
 from xh.config import ConfigError, XHConfig
+from xh.retrieval.index import corpus_snapshot
 from xh.storage import join, list_files, open_input, resolve
 
 DONE = "_SUCCESS"
@@ -256,16 +257,6 @@ def _count(uri: str, s3, where: str | None = None) -> int:
     return dataset.count_rows(filter=pads.field(where).is_valid() if where else None)
 
 
-def corpus_snapshot(index_uri: str, s3) -> str:
-    """The index manifest's analyzer fingerprint and corpus size: what every prediction was retrieved from."""
-    from xh.retrieval.candidates import INDEX_MANIFEST
-
-    with open_input(join(index_uri, INDEX_MANIFEST), s3) as f:
-        manifest = json.loads(f.read())
-    stats = manifest.get("stats", {})
-    return f"{index_uri} docs={stats.get('num_docs', '?')} analyzer={manifest['analyzer']['fingerprint']}"
-
-
 def run(cfg: XHConfig) -> dict:
     import ray
     import ray.data
@@ -273,11 +264,11 @@ def run(cfg: XHConfig) -> dict:
     from ray.data.expressions import col
 
     from workflows.build_graphs import settings_of as graph_settings_of
-    from workflows.train import _absolute_tracking
+    from xh.tracking import absolute_tracking
     from xh.tracking import configure, stage_run
 
     s3 = s3_settings(cfg)
-    cfg = _absolute_tracking(cfg)
+    cfg = absolute_tracking(cfg)
     sc = cfg.score
     parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
     if not sc.input:

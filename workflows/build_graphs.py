@@ -326,7 +326,7 @@ def run(cfg: XHConfig) -> dict:
     """`build`, tracked: the stage's config as params, the summary's numbers as metrics, the summary as a file."""
     import mlflow
 
-    from workflows.demo import flatten_numbers
+    from xh.tracking import flatten_numbers
     from xh.tracking import stage_run
 
     with stage_run(cfg, "graphs", s3=s3_settings(cfg)) as tracked:

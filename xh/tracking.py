@@ -40,6 +40,30 @@ def configure(cfg: MlflowConfig, s3: S3Settings | None = None) -> str:
     return mlflow.create_experiment(cfg.experiment, artifact_location=location)
 
 
+def absolute_tracking(cfg: XHConfig) -> XHConfig:
+    """SQLite and local artifact paths made absolute: Ray workers run in another working directory."""
+    m = cfg.mlflow
+    uri = m.tracking_uri
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
+    location = m.artifact_location
+    if location and "://" not in location:
+        location = str(Path(location).resolve())
+    return cfg.model_copy(update={"mlflow": m.model_copy(update={"tracking_uri": uri, "artifact_location": location})})
+
+
+def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:
+    """The numbers of a nested summary as dotted MLflow metric names (`retrieve.eval.all.supp_recall@2`)."""
+    out: dict[str, float] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}".replace("@", "_at_")
+        if isinstance(value, dict):
+            out.update(flatten_numbers(value, name + "."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
 def environment_tags() -> dict[str, str]:
     """Versions and the git sha, so a run says what produced it."""
     import mlflow

@@ -39,7 +39,7 @@ from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.storage import S3Settings, join, open_input, resolve
 
-INDEX_MANIFEST = "manifest.json"
+from xh.retrieval.index import INDEX_MANIFEST
 
 
 @dataclass(frozen=True)
