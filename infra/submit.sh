@@ -4,8 +4,10 @@
 #   RAY_ADDRESS=http://127.0.0.1:8265 infra/submit.sh synth --config configs/demo.yaml --set storage.root=s3://bucket/xh
 #
 # The repository is shipped as the job's working directory (minus local state and data); S3 and
-# MLflow settings travel as environment variables of the job, named here and read from the caller's
-# environment, never from files and never printed. Ray 2.60 clusters use token authentication.
+# MLflow *settings* (endpoints, region, credential file paths) travel as environment variables of the
+# job. Secrets never do: a job's runtime env is readable by every token holder (`ray job list`, the
+# dashboard). Jobs find credentials on the cluster: workload identity (IRSA, instance profiles) or a
+# credentials file mounted on the nodes. Ray 2.60 clusters use token authentication.
 set -euo pipefail
 
 usage() {
@@ -25,9 +27,15 @@ Environment:
   XH_SUBMIT_OPTS       more `ray job submit` options, e.g. "--no-wait --submission-id xh-synth-1"
 
 Passed to the job when set here: AWS_ENDPOINT_URL XH_S3_ENDPOINT_URL AWS_REGION AWS_DEFAULT_REGION
-AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN MLFLOW_TRACKING_URI MLFLOW_S3_ENDPOINT_URL
-MLFLOW_TRACKING_USERNAME MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN, and the names in XH_JOB_ENV.
-Their values go to the cluster in a private temporary file, not on the command line.
+AWS_SHARED_CREDENTIALS_FILE AWS_CONFIG_FILE AWS_PROFILE MLFLOW_TRACKING_URI MLFLOW_S3_ENDPOINT_URL
+MLFLOW_TRACKING_USERNAME, and the names in XH_JOB_ENV.
+
+Never passed, even when named in XH_JOB_ENV (refused): AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
+AWS_SESSION_TOKEN MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN, or any name containing SECRET,
+PASSWORD, TOKEN or KEY. Anyone holding the cluster token can read a job's environment
+(`ray job list`), so the cluster must find its own credentials: an IAM role for the service account
+(IRSA) or the node's instance profile, or files on the nodes named by AWS_SHARED_CREDENTIALS_FILE
+(a mounted secret) and ~/.mlflow/credentials (MLflow's own file, [mlflow] section).
 EOF
 }
 
@@ -54,21 +62,22 @@ if [[ $RAY_AUTH_MODE == token && -z ${RAY_AUTH_TOKEN:-} ]]; then
   [[ -s $token_file ]] || die "no Ray auth token: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or put it in ~/.ray/auth_token (run \`ray get-auth-token\` on the head node)"
 fi
 
-# The runtime env (environment variables and excludes) goes in a file only this user can read, so
-# credentials never appear in the process list or in this script's output.
+# The runtime env (environment variables and excludes) goes in a file only this user can read.
 runtime_env=$(umask 077 && mktemp "${TMPDIR:-/tmp}/xh-runtime-env.XXXXXX")
 trap 'rm -f "$runtime_env"' EXIT
 XH_JOB_ENV=${XH_JOB_ENV:-} python3 - "$runtime_env" <<'PY'
 import json, os, sys
 
-names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
-         "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_URI", "MLFLOW_S3_ENDPOINT_URL",
-         "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"]
-names += os.environ["XH_JOB_ENV"].split()
-env_vars = {name: os.environ[name] for name in names if os.environ.get(name)}
-# The stage's driver passes the same S3 variables to ray.init (workflows/common.py); Ray refuses two
-# runtime envs that name one variable unless told to merge them (the driver's values, read from these, win).
-env_vars["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
+names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+         "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE", "MLFLOW_TRACKING_URI",
+         "MLFLOW_S3_ENDPOINT_URL", "MLFLOW_TRACKING_USERNAME"]
+extra = os.environ["XH_JOB_ENV"].split()
+secret = [n for n in extra if any(w in n.upper() for w in ("SECRET", "PASSWORD", "TOKEN", "KEY"))]
+if secret:
+    print(f"submit.sh: XH_JOB_ENV names secrets ({' '.join(secret)}): a job's environment is readable by every "
+          "token holder; give the cluster credentials through IRSA/instance profiles or a mounted file", file=sys.stderr)
+    sys.exit(2)
+env_vars = {name: os.environ[name] for name in names + extra if os.environ.get(name)}
 runtime_env = {
     "env_vars": env_vars,
     # local state, caches and data never travel with the code: stages read their inputs from storage

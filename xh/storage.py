@@ -7,7 +7,7 @@ taken from config files and never logged). The same object configures every cons
     pyarrow / Ray Data   settings.pyarrow_fs()            (read_parquet(..., filesystem=...))
     s3fs                 s3fs.S3FileSystem(**settings.s3fs_kwargs())
     MLflow S3 artifacts  settings.env()["MLFLOW_S3_ENDPOINT_URL"]
-    Ray workers          ray.init(runtime_env=settings.ray_runtime_env())
+    Ray workers          ray.init(runtime_env=settings.ray_runtime_env())   (endpoint and region only)
 
 Example:
 
@@ -30,6 +30,14 @@ import pyarrow.fs as pafs
 # Environment variables read for the S3 endpoint, first match wins. AWS_ENDPOINT_URL(_S3) is what
 # boto3 and the AWS CLI read; MLFLOW_S3_ENDPOINT_URL is MLflow's own name for the same thing.
 _ENDPOINT_VARS = ("XH_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
+
+
+# Variables whose values are secrets: never put in a Ray runtime env, a job entrypoint, or MLflow.
+SECRET_ENV_VARS = frozenset(
+    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"}
+)
+# Variables that name where credentials are (not what they are): safe to hand to workers.
+CREDENTIAL_FILE_VARS = ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE")
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,17 @@ class S3Settings:
         return out
 
     def ray_runtime_env(self) -> dict:
-        return {"env_vars": self.env()}
+        """What Ray workers are told: the endpoint, the region and the *paths* of credential files.
+
+        Never the keys themselves: a runtime env is shown by `ray job list` and the dashboard to anyone
+        holding the cluster token, and written to Ray's log files. Workers find credentials the way the AWS
+        SDKs do: workload identity (IRSA, instance profiles), or a credentials file on the node
+        (`AWS_SHARED_CREDENTIALS_FILE`, e.g. a mounted Kubernetes secret); a local cluster started by
+        this process inherits its environment.
+        """
+        public = {k: v for k, v in self.env().items() if k not in SECRET_ENV_VARS}
+        public.update({k: os.environ[k] for k in CREDENTIAL_FILE_VARS if os.environ.get(k)})
+        return {"env_vars": public}
 
     def describe(self) -> dict[str, str | bool | None]:
         """What is safe to print or log."""

@@ -94,7 +94,7 @@ def job_cluster():
                 if time.monotonic() > deadline:
                     pytest.fail(f"the dashboard at {url} did not answer within 60s:\n{log.read_text()[-3000:]}")
                 time.sleep(0.5)
-        yield url, token_file
+        yield url, token_file, work
     finally:
         # `ray start --block` stops the processes it started when it gets SIGTERM
         proc.send_signal(signal.SIGTERM)
@@ -107,7 +107,7 @@ def job_cluster():
 
 
 def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
-    url, token_file = job_cluster
+    url, token_file, work = job_cluster
     out = tmp_path / "out"
     config = tmp_path / "synth.yaml"
     config.write_text(
@@ -119,6 +119,7 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
         "RAY_ADDRESS": url,
         "AWS_REGION": "eu-west-3",
         "AWS_SECRET_ACCESS_KEY": SECRET,
+        "MLFLOW_TRACKING_PASSWORD": SECRET,
         "XH_SUBMIT_OPTS": f"--submission-id {submission_id}",
     }
     start = time.perf_counter()
@@ -131,13 +132,22 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
     assert done.returncode == 0, output[-4000:]
     assert SECRET not in output, "a credential was printed"
 
-    # The job succeeded, on the cluster's record too, and received the environment by name.
+    # The job succeeded, on the cluster's record too, and received the settings by name, never a secret:
+    # not in what a token holder reads (`ray job list`, the jobs API) and not in Ray's session logs.
     info = _get_json(f"{url}/api/jobs/{submission_id}", token_file.read_text())
     assert info["status"] == "SUCCEEDED", info
     env_vars = info["runtime_env"]["env_vars"]
     assert env_vars["AWS_REGION"] == "eu-west-3"
-    assert env_vars["AWS_SECRET_ACCESS_KEY"] == SECRET
-    assert not {"RAY_AUTH_TOKEN_PATH", "PATH"} & set(env_vars), "only the named variables travel"
+    assert not {"AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN_PATH", "PATH"} & set(env_vars)
+    listed = subprocess.run(
+        [str(BIN / "ray"), "job", "list", "--address", url], env=_base_env(token_file), capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0 and submission_id in listed.stdout, listed.stderr[-2000:]
+    assert SECRET not in listed.stdout + listed.stderr and SECRET not in json.dumps(info)
+    leaked = [str(p) for p in (work / "ray").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"the probe secret reached Ray's files: {leaked}"
+    outputs = [str(p) for p in out.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not outputs, f"the probe secret reached the stage's outputs: {outputs}"
 
     # Its summary line (the job's stdout, streamed back by `ray job submit`) and its files.
     summary = json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))

@@ -350,7 +350,15 @@ def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path)
     assert argv[argv.index("--working-dir") + 1] == str(ROOT)
     assert argv[argv.index("--") :] == ["--", "python", "-m", "workflows.synth", "--config", "configs/demo.yaml", "--set", "synth.num_docs=100"]
     assert {"--no-wait", "--submission-id", "abc"} <= set(argv[: argv.index("--")])
-    assert runtime_env["env_vars"]["AWS_SECRET_ACCESS_KEY"] == secret and runtime_env["env_vars"]["MY_EXTRA"] == "x"
+    assert runtime_env["env_vars"]["AWS_REGION"] == "eu-west-3" and runtime_env["env_vars"]["MY_EXTRA"] == "x"
+    assert secret not in json.dumps(runtime_env), "a credential travelled in the job's runtime env"
     assert "UNRELATED" not in runtime_env["env_vars"] and "RAY_AUTH_TOKEN" not in runtime_env["env_vars"]
     assert {".venv/", ".git/", "/runs/", "__pycache__/"} <= set(runtime_env["excludes"])
-    assert not Path(seen["env_file"]).exists(), "the runtime-env file (it holds credentials) was left behind"
+    assert not Path(seen["env_file"]).exists(), "the runtime-env file was left behind"
+
+
+def test_submit_sh_refuses_to_pass_secrets_named_in_xh_job_env(tmp_path):
+    env = {"RAY_ADDRESS": "http://head:8265", "RAY_AUTH_TOKEN": "t0ken", "XH_JOB_ENV": "MY_DB_PASSWORD AWS_SECRET_ACCESS_KEY",
+           "AWS_SECRET_ACCESS_KEY": "s3cr3t", "MY_DB_PASSWORD": "pw"}  # fmt: skip
+    done = _submit(["synth"], env, tmp_path)
+    assert done.returncode == 2 and "names secrets" in done.stderr and "s3cr3t" not in done.stderr + done.stdout

@@ -16,7 +16,7 @@ def test_settings_from_env_feed_every_consumer():
     assert s3.endpoint_url == "http://127.0.0.1:9000" and s3.region == "eu-west-1"
     assert s3.s3fs_kwargs()["client_kwargs"] == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
     assert s3.env()["MLFLOW_S3_ENDPOINT_URL"] == "http://127.0.0.1:9000"
-    assert s3.ray_runtime_env()["env_vars"]["AWS_ACCESS_KEY_ID"] == "AKIDEXAMPLE"
+    assert s3.ray_runtime_env()["env_vars"]["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9000"
     assert isinstance(s3.pyarrow_fs(), pafs.S3FileSystem)
 
 
@@ -29,6 +29,15 @@ def test_credentials_never_printed():
     s3 = S3Settings.from_env(ENV)
     assert "s3cr3t" not in repr(s3) and "AKIDEXAMPLE" not in repr(s3)
     assert "s3cr3t" not in str(s3.describe()) and s3.describe()["credentials"] is True
+
+
+def test_ray_workers_get_the_endpoint_and_credential_file_paths_but_never_keys(monkeypatch):
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/etc/xh/aws/credentials")
+    env_vars = S3Settings.from_env({**ENV, "AWS_SESSION_TOKEN": "tok-value"}).ray_runtime_env()["env_vars"]
+    assert env_vars["AWS_REGION"] == "eu-west-1" and env_vars["XH_S3_ENDPOINT_URL"] == "http://127.0.0.1:9000"
+    assert env_vars["AWS_SHARED_CREDENTIALS_FILE"] == "/etc/xh/aws/credentials"
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} & set(env_vars)
+    assert "s3cr3t" not in str(env_vars) and "tok-value" not in str(env_vars)
 
 
 def test_resolve_local_and_s3(tmp_path):
