@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import logging
 import os
 import sys
-import time
 from typing import Callable, Sequence
 
 from xh.config import ConfigError, XHConfig, from_argv
@@ -19,8 +20,33 @@ USER_ERRORS = (ConfigError, FileNotFoundError)
 
 
 def log(stage: str, message: str) -> None:
-    """Progress on stderr (stdout carries the JSON summary line)."""
-    print(f"{time.strftime('%H:%M:%S')} [{stage}] {message}", file=sys.stderr, flush=True)
+    """One progress line of a stage, on stderr through `logging` (stdout carries the JSON summary line)."""
+    logging.getLogger(f"xh.{stage}").info(message)
+
+
+def configure_logging(verbosity: int = 0) -> None:
+    """-q: warnings only; default: one line per stage step; -v: debug, and Ray's own logs on the console.
+
+    Ray's INFO chatter (and the workers' output) goes to its session log files unless -v: a user reads
+    the stage lines, Ray Data's progress bars and the summary.
+    """
+    level = logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO
+    logging.basicConfig(format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stderr, force=True)
+    logging.getLogger("xh").setLevel(level)
+    logging.getLogger("ray").setLevel(logging.INFO if verbosity > 0 else logging.ERROR)
+
+
+def verbose() -> bool:
+    return logging.getLogger("xh").isEnabledFor(logging.DEBUG)
+
+
+def split_verbosity(argv: Sequence[str] | None) -> tuple[int, list[str]]:
+    """`-q` / `-v` taken off the command line; the rest is the stage's `--config/--set`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-q", "--quiet", action="count", default=0)
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    known, rest = parser.parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    return known.verbose - known.quiet, rest
 
 
 def s3_settings(cfg: XHConfig) -> S3Settings:
@@ -45,11 +71,15 @@ def init_ray(cfg: XHConfig) -> None:
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
         runtime_env=None if in_job else s3_settings(cfg).ray_runtime_env(),
+        log_to_driver=verbose(),
+        logging_level=logging.INFO if verbose() else logging.ERROR,
     )
 
 
 def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None = None) -> None:
-    """Parse `--config/--set`, run the stage, print its summary as one JSON line."""
+    """Parse `-q/-v --config/--set`, run the stage, print its summary as one JSON line."""
+    verbosity, argv = split_verbosity(argv)
+    configure_logging(verbosity)
     try:
         summary = run(from_argv(argv, prog=f"python -m workflows.{stage}"))
     except USER_ERRORS as e:

