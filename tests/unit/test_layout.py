@@ -1,0 +1,100 @@
+"""The layout holds: the library never imports its drivers, and no module imports itself back.
+
+Every import counts, module-level or inside a function: a cycle hidden in a function is still a cycle
+a reader has to untangle. An edge goes to the module an import names (`from xh.wiki import titles`
+names `xh.wiki.titles` when that is a module, else `xh.wiki`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("xh", "workflows")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against this module's package
+                    anchor = name.split(".") if is_package else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # `import xh.wiki.titles.x` -> the module part
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph[name].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_library_never_imports_the_drivers():
+    backwards = {m: sorted(t for t in targets if t.split(".")[0] == "workflows")
+                 for m, targets in import_graph().items() if m.split(".")[0] == "xh"}  # fmt: skip
+    assert not {m: t for m, t in backwards.items() if t}
+
+
+def test_no_module_imports_itself_back():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_and_a_backwards_arrow():
+    graph = {"xh.a": {"xh.b"}, "xh.b": {"xh.c"}, "xh.c": {"xh.a"}, "xh.d": {"xh.a"}}
+    assert cycles(graph) == [["xh.a", "xh.b", "xh.c"]]
+    assert "workflows.common" in import_graph()["workflows.demo"]
