@@ -1,4 +1,4 @@
-"""xh.wiki.readers (and xh.wiki.mediawiki): hotpot, MediaWiki XML and FEVER dumps -> docs, redirects, quarantine.
+"""xh.wiki readers (hotpot, mediawiki + wikitext, fever): dumps -> docs, redirects, quarantine.
 
 Every test that reads a file also checks the invariant the pipeline relies on:
 records read == docs + redirects + quarantined.
@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from xh.schemas import DOCS, QUARANTINE, RAW_LIMIT, REDIRECTS
-from xh.wiki.readers import Doc, Link, Quarantine, ReadCounts, Redirect, read_records
+from xh.wiki.readers import read_records
+from xh.wiki.records import REASONS, Doc, Link, Quarantine, ReadCounts, Redirect
 from xh.wiki.titles import normalize_title
 
 pytestmark = pytest.mark.unit
 
-mediawiki = pytest.importorskip("xh.wiki.mediawiki", reason="the MediaWiki reader needs mwparserfromhell")
+wikitext_module = pytest.importorskip("xh.wiki.wikitext", reason="the MediaWiki reader needs mwparserfromhell")
 
 WIKI_SAMPLE = "wiki/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 TABLE_SAMPLE = "wiki/enwiki-table-markup.xml.bz2"
@@ -44,6 +45,7 @@ def read(fmt: str, data: bytes | str, source: str = "test-file") -> tuple[list, 
         sum(r.kind == "quarantine" and not r.partial for r in records),
         sum(r.kind == "quarantine" and r.partial for r in records),
     )
+    assert all(r.group in REASONS for r in records if r.kind == "quarantine"), records
     return records, counts
 
 
@@ -278,13 +280,13 @@ def test_corrupt_bz2_is_quarantined_too() -> None:
 
 
 def test_chunk_boundaries_do_not_change_what_is_read(monkeypatch) -> None:
-    from xh.wiki import readers
+    from xh.wiki import streams
 
     hotpot = hotpot_lines(40)
     dump = xml_dump(*(xml_page(f"Page {i}", i, f"Page {i} links [[Page {i + 1}]].") for i in range(1, 30)))
     expected = [read("hotpot", hotpot)[0], read("mediawiki", dump)[0]]
-    monkeypatch.setattr(readers, "_READ_SIZE", 7)  # tags, lines and bz2 blocks cut at every place
-    monkeypatch.setattr(readers, "_OUT_SIZE", 50)
+    monkeypatch.setattr(streams, "READ_SIZE", 7)  # tags, lines and bz2 blocks cut at every place
+    monkeypatch.setattr(streams, "OUT_SIZE", 50)
     assert [read("hotpot", hotpot)[0], read("mediawiki", dump)[0]] == expected
     assert [read("hotpot", bz2.compress(hotpot))[0], read("mediawiki", bz2.compress(dump.encode()))[0]] == expected
 
@@ -376,7 +378,7 @@ def test_fever_bad_records_are_quarantined() -> None:
     ],
 )
 def test_split_sentences(text: str, sentences: list[str]) -> None:
-    assert mediawiki.split_sentences(text) == sentences
+    assert wikitext_module.split_sentences(text) == sentences
     assert "".join(sentences) == text
 
 
@@ -400,7 +402,7 @@ __NOTOC__
 == History ==
 [[Clovis I]] made it his capital.
 """
-    lead = mediawiki.article_lead(wikitext)
+    lead = wikitext_module.article_lead(wikitext)
     assert lead.sentences == [
         "Paris is the capital of France.",
         " It lies on the Seines of the river.",
@@ -418,12 +420,12 @@ __NOTOC__
 
 
 def test_the_mediawiki_module_docstring_example_holds() -> None:
-    assert doctest.testmod(mediawiki).failed == 0
+    assert doctest.testmod(wikitext_module).failed == 0
 
 
 def test_lead_wikitext_ignores_a_heading_inside_a_comment() -> None:
     wikitext = "Lead one.\n<!--\n== Not a heading ==\n-->\nLead two.\n== Real ==\nBody."
-    assert mediawiki.lead_wikitext(wikitext) == "Lead one.\n<!--\n== Not a heading ==\n-->\nLead two.\n"
+    assert wikitext_module.lead_wikitext(wikitext) == "Lead one.\n<!--\n== Not a heading ==\n-->\nLead two.\n"
 
 
 # --- mediawiki: hand-written dumps ---------------------------------------------------------------
@@ -501,14 +503,14 @@ def test_mediawiki_pages_redirects_skips_and_quarantine() -> None:
 
 
 def test_mediawiki_page_the_wikitext_parser_fails_on_is_quarantined(monkeypatch) -> None:
-    real_lead = mediawiki.article_lead
+    real_lead = wikitext_module.article_lead
 
-    def fragile_lead(wikitext, namespaces=mediawiki.DEFAULT_NAMESPACES):
+    def fragile_lead(wikitext, namespaces=wikitext_module.DEFAULT_NAMESPACES):
         if "deep" in wikitext:
             raise RecursionError("maximum recursion depth exceeded")
         return real_lead(wikitext, namespaces)
 
-    monkeypatch.setattr(mediawiki, "article_lead", fragile_lead)
+    monkeypatch.setattr(wikitext_module, "article_lead", fragile_lead)
     records, _ = read("mediawiki", xml_dump(xml_page("A", 1, "A deep page."), xml_page("B", 2, "B is fine.")))
     assert [r.kind for r in records] == ["quarantine", "doc"]
     assert records[0].reason == "unreadable wikitext: RecursionError: maximum recursion depth exceeded"
@@ -710,7 +712,7 @@ def test_table_heavy_pages_yield_clean_text(shared_data: Path) -> None:
     for page in independent_pages(path):
         assert page["text"].count("{|") >= 1
         whole = re.sub(r"^=+[^=\n].*?=+[ \t]*$", "", page["text"], flags=re.MULTILINE)
-        lead = mediawiki.article_lead(whole)
+        lead = wikitext_module.article_lead(whole)
         sentences += len(lead.sentences)
         for sentence in lead.sentences:
             assert not table_markup.search(sentence), (page["title"], sentence)

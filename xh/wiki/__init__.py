@@ -8,26 +8,25 @@
             ...  # record.kind is "doc", "redirect" or "quarantine"; record.row() is its table row
     assert counts.balanced
 
+The modules, in reading order (each imports only those listed before it):
+
 - `xh.wiki.titles`: `normalize_title`, the one spelling of a title that links, pages, redirects and
   evidence meet on; `fever_page_id`, its FEVER spelling.
-- `xh.wiki.readers`: the readers, the records they yield (`Doc`, `Redirect`, `Quarantine`, `Link`)
-  and `ReadCounts` (records read = docs + redirects + quarantined).
-- `xh.wiki.mediawiki`: wikitext -> the lead paragraph's sentences and links (mwparserfromhell).
+- `xh.wiki.records`: what the readers yield (`Doc`, `Redirect`, `Quarantine`, `Link`), the quarantine
+  reasons and `ReadCounts` (records read = docs + redirects + quarantined).
+- `xh.wiki.streams`: bytes in: bz2 detection and decompression, a truncated tail, lines, JSON lines.
+- `xh.wiki.hotpot`, `xh.wiki.fever`: the two JSON-lines formats.
+- `xh.wiki.wikitext`: wikitext -> the lead paragraph's sentences and links (mwparserfromhell).
+- `xh.wiki.mediawiki`: the MediaWiki XML format (pages cut from the dump, each read with `wikitext`).
+- `xh.wiki.readers`: `read_records(fmt, ...)`, one entry point for the three; what a record is.
+- `xh.wiki.process`: the dump files -> the docs / links / redirects / anchors / quarantine tables.
 """
 
-from xh.wiki.readers import (
-    FORMATS,
-    Doc,
-    Link,
-    Quarantine,
-    ReadCounts,
-    Record,
-    Redirect,
-    read_fever,
-    read_hotpot,
-    read_mediawiki,
-    read_records,
-)
+from xh.wiki.fever import read_fever
+from xh.wiki.hotpot import read_hotpot
+from xh.wiki.mediawiki import read_mediawiki
+from xh.wiki.readers import FORMATS, read_records
+from xh.wiki.records import Doc, Link, Quarantine, ReadCounts, Record, Redirect
 from xh.wiki.titles import fever_page_id, normalize_title
 
 __all__ = [

@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.storage import S3Settings, list_files, list_paths, open_input, resolve
-from xh.wiki.readers import ReadCounts, read_records
+from xh.wiki.readers import read_records
+from xh.wiki.records import ReadCounts
 
 TABLES = ("docs", "links", "redirects", "anchors", "quarantine")
 STAGING = "_staging"

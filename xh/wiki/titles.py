@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import html
 import re
+from functools import lru_cache
 from urllib.parse import unquote
 
-__all__ = ["normalize_title", "fever_page_id", "FEVER_TOKENS"]
+__all__ = ["normalize_title", "cached_normalize_title", "fever_page_id", "FEVER_TOKENS"]
 
 # FEVER (and the Penn Treebank tokenisation it inherits) writes brackets and colons as tokens.
 FEVER_TOKENS = {
@@ -72,6 +73,10 @@ def normalize_title(raw: str) -> str:
     if title.startswith(":"):
         title = title.lstrip(":").lstrip()
     return _upper_first(title)
+
+
+# The readers' titles repeat a lot (link targets above all); normalising each distinct spelling once pays.
+cached_normalize_title = lru_cache(maxsize=1 << 17)(normalize_title)
 
 
 def _upper_first(title: str) -> str:
