@@ -1,10 +1,13 @@
 """infra/: every YAML parses, and the pieces agree with each other and with the repository.
 
 What is checked: Kubernetes kinds and API versions; one image (the project's, tagged with its version)
-in every manifest, the Dockerfile and the AWS cluster launcher YAML; every `python -m X` entrypoint names
-a module of this repository; the CronJob renders and applies the batch-scoring RayJob; the RBAC lets it;
-the AWS YAML passes Ray's own schema; the Dockerfile pins torch and installs the project; submit.sh is
-valid shell, needs a token, and keeps credentials off its command line and out of its output.
+in every manifest, the Dockerfile and the AWS cluster launcher YAML; every Ray pod has a memory-backed
+/dev/shm; every `python -m X` entrypoint names a module of this repository; the CronJob renders and
+applies the batch-scoring RayJob and ends as soon as the RayJob does, failing unless its Ray job
+succeeded (its containers run against a stand-in kubectl); the RBAC lets it; no secret travels in a
+RayJob, and S3 keys reach pods only as a mounted file; the AWS YAML passes Ray's own schema; the
+Dockerfile pins torch and installs the project; submit.sh is valid shell, needs a token, and keeps
+credentials off its command line and out of its output. Schemas: test_manifests.py.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -114,6 +118,32 @@ def test_ray_cluster_has_a_head_and_autoscaled_cpu_and_gpu_groups_with_token_aut
     assert not any("nvidia.com/gpu" in limits for limits in cpu_limits)
 
 
+def test_every_ray_pod_has_a_memory_backed_dev_shm_for_the_object_store():
+    cluster = _one("RayCluster")["spec"]
+    for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+        shm = volumes[mounts["/dev/shm"]]["emptyDir"]
+        memory = pod["containers"][0]["resources"]["limits"]["memory"]
+        assert shm["medium"] == "Memory" and _gib(shm["sizeLimit"]) < _gib(memory)
+
+
+def _gib(quantity: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(Gi|Mi)", quantity).groups()
+    return int(number) / (1024 if unit == "Mi" else 1)
+
+
+def test_rayjob_submitters_get_the_token_from_the_operator_not_from_their_own_env():
+    """KubeRay (>= 1.5.1) sets RAY_AUTH_MODE and RAY_AUTH_TOKEN on a RayJob's submitter from the selected
+    RayCluster's authOptions (the Secret authOptions.secretName, >= 1.6): one place names the Secret."""
+    cluster = _one("RayCluster")["spec"]
+    assert cluster["authOptions"] == {"mode": "token", "secretName": "xh-ray-auth"}
+    for name, job in _rayjobs().items():
+        env = [e["name"] for c in _containers(job["spec"]["submitterPodTemplate"]) for e in c.get("env", [])]
+        assert not [e for e in env if e.startswith("RAY_AUTH")], f"{name} sets {env} by hand"
+
+
 # --- one image everywhere ---------------------------------------------------------------------
 
 
@@ -204,40 +234,177 @@ def test_cronjob_is_forbidden_to_overlap_and_its_role_allows_rayjobs():
     binding = next(b for b in _manifests() if b["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account} in b["subjects"])
     role = _one("Role", binding["roleRef"]["name"])
     rules = [r for r in role["rules"] if "ray.io" in r["apiGroups"] and "rayjobs" in r["resources"]]
-    assert rules and {"create", "get", "list", "delete"} <= set(rules[0]["verbs"])
+    assert rules and {"create", "get", "list", "delete", "patch", "watch"} <= set(rules[0]["verbs"])
 
 
-def test_cronjob_renders_applies_and_waits_for_the_dated_batch_scoring_rayjob(tmp_path):
+# A stand-in for kubectl (the kubectl image's entrypoint) in the CronJob's containers. `apply -f FILE`
+# records the RayJob. `wait -f FILE --for=jsonpath={.a.b}[=VALUE] --timeout=T` checks the applied RayJob
+# against the status the test wrote as KubeRay, with kubectl's rules: without a value any non-empty value
+# matches, a missing field is no error, `--timeout=0s` checks once and fails when unmet. Where the real
+# one would block, the stand-in exits 75 ("still waiting").
+FAKE_KUBECTL = """\
+import json, os, re, sys
+import yaml
+state, args = os.environ["FAKE_KUBE_STATE"], sys.argv[1:]
+def flag(name):
+    return next(a.split("=", 1)[1] for a in args if a.startswith(name + "="))
+assert flag("--namespace") == "xh", args
+job = yaml.safe_load(open(args[args.index("-f") + 1]))
+if args[0] == "apply":
+    json.dump(job, open(os.path.join(state, "applied.json"), "w"))
+    print(f"rayjob.ray.io/{job['metadata']['name']} created")
+    sys.exit(0)
+assert args[0] == "wait", args
+applied = json.load(open(os.path.join(state, "applied.json")))
+assert applied["metadata"]["name"] == job["metadata"]["name"], "waits on another RayJob than it applied"
+path, _, want = flag("--for").removeprefix("jsonpath=").partition("=")
+assert re.fullmatch(r"\\{(\\.\\w+)+\\}", path), f"the stand-in only reads {{.a.b}} paths: {path}"
+value = {"status": json.load(open(os.path.join(state, "status.json")))}
+for key in path.strip("{}.").split("."):
+    value = value.get(key) if isinstance(value, dict) else None
+if (value not in (None, "")) if not want else (str(value) == want):
+    print(f"rayjob.ray.io/{job['metadata']['name']} condition met")
+    sys.exit(0)
+if flag("--timeout") in ("0", "0s"):
+    print(f"error: condition not met for rayjobs/{job['metadata']['name']}", file=sys.stderr)
+    sys.exit(1)
+sys.exit(75)
+"""
+STILL_WAITING = 75
+
+
+def _run_cronjob_pod(tmp_path: Path, rayjob_status: dict) -> list[tuple[str, int]]:
+    """Run the CronJob's pod as the kubelet would, KubeRay having given the RayJob `rayjob_status`: the init
+    containers in order until one fails (or, here, would block), then the containers. Returns (name, exit code)."""
     pod = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    render, apply_ = pod["initContainers"]
-    # The template is the batch-scoring RayJob itself, shipped by kustomize as a ConfigMap.
-    template_mount = next(m for m in render["volumeMounts"] if "configMap" in volumes[m["name"]])
-    files = _config_map_files(volumes[template_mount["name"]]["configMap"]["name"])
-    env = {e["name"]: e["value"] for e in render["env"]}
-    template_key = os.path.relpath(env["TEMPLATE"], template_mount["mountPath"])
-    assert files[template_key] == "rayjob-score.yaml"
+    folders = {name: tmp_path / "volumes" / name for name in volumes}
+    for name, volume in volumes.items():
+        folders[name].mkdir(parents=True)
+        if "configMap" in volume:  # the files kustomize puts in it
+            for key, file in _config_map_files(volume["configMap"]["name"]).items():
+                shutil.copy(K8S / file, folders[name] / key)
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir(), state.mkdir()
+    (bin_dir / "kubectl").write_text(f"#!{sys.executable}\n" + FAKE_KUBECTL)
+    (bin_dir / "kubectl").chmod(0o755)
+    (state / "status.json").write_text(json.dumps(rayjob_status))
 
-    # Run the render step as the pod would (busybox sh: date, sed, grep), on the real template.
-    (tmp_path / "template").mkdir()
-    shutil.copy(K8S / files[template_key], tmp_path / "template" / template_key)
-    output = tmp_path / "rayjob.yaml"
-    script = render["command"][-1]
-    done = subprocess.run(
-        ["sh", "-c", script], env={**os.environ, "TEMPLATE": str(tmp_path / "template" / template_key), "OUTPUT": str(output)},
-        capture_output=True, text=True, timeout=10,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    job = yaml.safe_load(output.read_text())
+    base_env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "FAKE_KUBE_STATE": str(state)}
+    results = []
+    for phase in ("initContainers", "containers"):
+        for container in pod[phase]:
+            code = _run_container(container, folders, base_env)
+            results.append((container["name"], code))
+            if phase == "initContainers" and code != 0:
+                return results
+    return results
+
+
+def _run_container(container: dict, folders: dict[str, Path], base_env: dict[str, str]) -> int:
+    """One container of the pod, run here: its mounts mapped onto `folders`, env and $(VAR) as Kubernetes sets them."""
+    mounts = {m["mountPath"] + "/": f"{folders[m['name']]}/" for m in container.get("volumeMounts", [])}
+
+    def local(text: str) -> str:
+        for mount_path, folder in mounts.items():
+            text = text.replace(mount_path, folder)
+        return text
+
+    env = dict(base_env)
+    for var in container.get("env", []):
+        assert "value" in var or var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
+        env[var["name"]] = local(var["value"]) if "value" in var else "xh"
+    argv = container.get("command", ["kubectl"]) + container.get("args", [])
+    argv = [local(re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a)) for a in argv]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode in (0, 1, STILL_WAITING), done.stderr
+    return done.returncode
+
+
+ENDED = "2026-01-02T03:05:00Z"
+# How KubeRay leaves a RayJob (rayjob_controller.go): jobDeploymentStatus becomes Complete when the Ray job
+# SUCCEEDED or was STOPPED, Failed when it FAILED, when activeDeadlineSeconds passed (whatever the Ray job's
+# status) or when the submitter failed; .status.endTime is set in that same status update, and only then.
+RAYJOB_ENDINGS = {
+    "the Ray job succeeded": ({"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete", "endTime": ENDED}, 0),
+    "the Ray job failed": ({"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "endTime": ENDED}, 1),
+    "the Ray job was stopped": ({"jobStatus": "STOPPED", "jobDeploymentStatus": "Complete", "endTime": ENDED}, 1),
+    "the deadline passed": ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "endTime": ENDED}, 1),
+    "the submission failed": ({"jobStatus": "PENDING", "jobDeploymentStatus": "Failed", "reason": "SubmissionFailed", "endTime": ENDED}, 1),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("ending", RAYJOB_ENDINGS)
+def test_cronjob_pod_ends_as_soon_as_the_rayjob_ends_and_succeeds_only_if_the_ray_job_did(ending, tmp_path):
+    status, verdict = RAYJOB_ENDINGS[ending]
+    results = _run_cronjob_pod(tmp_path, status)
+    # the wait step returns on any ending (no six-hour wait for a failure); the last step gives the verdict
+    assert results == [("render", 0), ("apply", 0), ("wait", 0), ("succeeded", verdict)]
+
+
+NOT_ENDED = [{"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}, {"jobDeploymentStatus": "Initializing"}, {}]
+
+
+@pytest.mark.parametrize("status", NOT_ENDED)
+def test_cronjob_pod_keeps_waiting_while_the_rayjob_has_not_ended(status, tmp_path):
+    assert _run_cronjob_pod(tmp_path, status) == [("render", 0), ("apply", 0), ("wait", STILL_WAITING)]
+
+
+def test_cronjob_renders_and_applies_the_dated_batch_scoring_rayjob_and_waits_past_its_deadline(tmp_path):
+    _run_cronjob_pod(tmp_path, RAYJOB_ENDINGS["the Ray job succeeded"][0])
+    job = json.loads((tmp_path / "state" / "applied.json").read_text())
+    # The template is the batch-scoring RayJob itself, shipped by kustomize as a ConfigMap, renamed for the day.
     assert job["kind"] == "RayJob" and job["apiVersion"] == "ray.io/v1"
     assert job["metadata"]["name"] == f"xh-score-{dt.datetime.now(dt.timezone.utc):%Y%m%d}"
+    assert {**job, "metadata": None} == {**_rayjobs()["rayjob-score.yaml"], "metadata": None}
     assert _module_of(job["spec"]["entrypoint"]) == "workflows.batch_score"
+    # The wait outlasts the RayJob's own deadline (which ends it), and the Job's deadline outlasts the wait.
+    job_spec = _one("CronJob")["spec"]["jobTemplate"]["spec"]
+    wait = next(c for c in job_spec["template"]["spec"]["initContainers"] if c["name"] == "wait")
+    timeout = int(next(a for a in wait["args"] if a.startswith("--timeout=")).removeprefix("--timeout=").removesuffix("s"))
+    assert job["spec"]["activeDeadlineSeconds"] < timeout < job_spec["activeDeadlineSeconds"]
 
-    # Then kubectl applies that file and waits on it for the Ray job's success.
-    assert apply_["args"][0] == "apply" and "/work/rayjob.yaml" == env["OUTPUT"] == apply_["args"][apply_["args"].index("-f") + 1]
-    wait = pod["containers"][0]["args"]
-    assert wait[0] == "wait" and wait[wait.index("-f") + 1] == env["OUTPUT"]
-    assert "--for=jsonpath={.status.jobStatus}=SUCCEEDED" in wait
+
+# --- credentials ------------------------------------------------------------------------------
+
+SECRET_NAMES = (
+    "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
+)  # fmt: skip
+
+
+def _all_rayjobs() -> list[tuple[str, dict]]:
+    """Every RayJob under infra/k8s, the template the CronJob ships included (it is rayjob-score.yaml)."""
+    return [(str(p.relative_to(K8S)), d) for p in sorted(K8S.rglob("*.yaml")) for d in _docs(p) if d.get("kind") == "RayJob"]
+
+
+def test_no_rayjob_puts_s3_or_mlflow_secrets_in_its_runtime_env_or_entrypoint():
+    jobs = _all_rayjobs()
+    assert {name for name, _ in jobs} >= {"rayjob-train.yaml", "rayjob-score.yaml"}
+    for name, job in jobs:
+        # anyone holding the cluster token reads a job's runtime env and entrypoint (`ray job list`)
+        public = job["spec"].get("runtimeEnvYAML", "") + "\n" + job["spec"]["entrypoint"]
+        assert not [s for s in SECRET_NAMES if s in public], f"{name} passes a secret to its Ray job"
+        for container in _containers(job):
+            assert not [e for e in container.get("env", []) if e["name"] in SECRET_NAMES], name
+
+
+def test_s3_keys_reach_pods_only_as_a_mounted_credentials_file_and_irsa_is_the_default():
+    account = _one("ServiceAccount", "xh-ray")
+    assert account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    for kind in ("RayCluster", "Deployment"):
+        for manifest in (m for m in _manifests() if m["kind"] == kind):
+            for spec in _pod_specs(manifest):
+                assert spec.get("serviceAccountName") == "xh-ray", f"{kind} {manifest['metadata']['name']} has no IRSA role"
+                volumes = {v["name"]: v for v in spec.get("volumes", [])}
+                for container in spec["containers"]:
+                    assert not container.get("envFrom"), "secrets as env values"
+                    env = {e["name"]: e for e in container.get("env", [])}
+                    assert not set(env) & set(SECRET_NAMES)
+                    # the optional Secret xh-s3, as a file where AWS_SHARED_CREDENTIALS_FILE says
+                    path = env["AWS_SHARED_CREDENTIALS_FILE"]["value"]
+                    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+                    assert mount.get("readOnly") is True
+                    assert volumes[mount["name"]]["secret"] == {"secretName": "xh-s3", "optional": True}
 
 
 # --- MLflow and Postgres ----------------------------------------------------------------------
