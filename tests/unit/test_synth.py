@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from xh import synth
+from xh.synth.layout import _MAX_ROUNDS, _layout
+from xh.synth.names import _name_in_pool
 
 pytestmark = pytest.mark.unit
 
@@ -131,7 +133,7 @@ def test_titles_are_unique_at_200k_documents():
 
 def test_plain_names_of_different_sorts_never_collide():
     """Round-0 names of every name pool, at the largest size: only deliberate reuse may repeat."""
-    layout = synth._layout(synth.WorldSpec(num_docs=1_000_000))
+    layout = _layout(synth.WorldSpec(num_docs=1_000_000))
     pools = [layout.persons, layout.cities, layout.universities, layout.companies,
              layout.phrase_films, layout.phrase_bands]
     seen: dict[str, str] = {}
@@ -140,10 +142,10 @@ def test_plain_names_of_different_sorts_never_collide():
             m = pool.holder(base, 0)
             if m is None:  # no entity of this world holds that name
                 continue
-            name = synth._name_in_pool(layout, pool, m)
+            name = _name_in_pool(layout, pool, m)
             assert name.title == name.base  # round 0: no disambiguator
             assert seen.setdefault(name.title, pool.style) == pool.style, name.title
-        assert pool.rounds <= synth._MAX_ROUNDS[pool.style]
+        assert pool.rounds <= _MAX_ROUNDS[pool.style]
 
 
 def test_world_is_full_of_look_alikes():
