@@ -3,7 +3,7 @@ needs the second hop.
 
 The generated world's bridge questions ask for a fact of page B that is linked from page A, the page
 the question names ("In which city was the founder of Arden Motors born?": A = Arden Motors, B = its
-founder). The answer is never in A nor in the question (`xh.synth._bridge_question` refuses such
+founder). The answer is never in A nor in the question (`xh.synth.questions._bridge_question` refuses such
 questions), and the eight distractor paragraphs are look-alikes of A and B: namesakes, pages the gold
 pages link to, pages of the same kinds. A graph of 400 such questions holds on average 3 other pages
 of B's kind (people with a birthplace, cities with a founding year), so without hop attention a node
