@@ -9,8 +9,8 @@ the same run:
 
     project        `workflows.batch_score.run`: the Ray Data pipeline (parse, retrieval + graphs on an
                    actor pool, inference on an actor pool), from question files to the predictions partition
-    single_process the same steps in one process without Ray: Retriever -> HotpotGraphBuilder -> XH model,
-                   no files written (what a user would write as a script)
+    single_process the same steps in one process without Ray: `xh.pipeline.Pipeline` (Retriever ->
+                   HotpotGraphBuilder -> XH model), no files written (what a user would write as a script)
 
 and prints one JSON line: qps (questions/s), qps_per_core (the project's qps / CPUs given to Ray),
 stage_share (share of the project's time per stage), qps_single_process, ratio (project / single
@@ -75,28 +75,17 @@ def register(base: list[str], work: Path, model_dir: Path) -> None:
 
 
 def single_process(base: list[str], questions: list[dict], model_dir: Path) -> float:
-    """Seconds for retrieval -> graphs -> inference in one process, batch by batch."""
-    from workflows.build_graphs import settings_of as graph_settings
-    from workflows.retrieve import settings_of
+    """Seconds for retrieval -> graphs -> inference in one process, batch by batch (`xh.pipeline`)."""
     from xh.config import load_config
-    from xh.graph.hotpot import HotpotGraphBuilder
-    from xh.inference import load_model, predict_graphs
-    from xh.retrieval.candidates import Retriever
+    from xh.pipeline import Pipeline, settings_of
 
     cfg = load_config(None, base)
     start = time.perf_counter()
-    retriever = Retriever.load(str(Path(cfg.storage.root) / "index" / "bm25"), cfg.retrieve.tables, settings_of(cfg))
-    model, tokenizer = load_model(str(model_dir))
-    settings = graph_settings(cfg)
-    settings = type(settings)(**{**settings.__dict__, "require_answer": False})
+    retrieval, graph = settings_of(cfg)
+    pipeline = Pipeline.load(index=str(Path(cfg.storage.root) / "index" / "bm25"), tables=cfg.retrieve.tables,
+                             retrieval=retrieval, graph=graph, model=str(model_dir))
     for i in range(0, len(questions), 64):
-        batch = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions[i : i + 64]]
-        by_qid: dict[str, list] = {}
-        for row in retriever.candidates([q["qid"] for q in batch], [q["question"] for q in batch]):
-            by_qid.setdefault(row["qid"], []).append(row)
-        builder = HotpotGraphBuilder.load(cfg.retrieve.tables, {r["doc_id"] for rows in by_qid.values() for r in rows}, settings)
-        graphs = [o.graph for o in builder.build_many(batch, by_qid) if o.graph is not None]
-        predict_graphs(model, tokenizer, graphs)
+        pipeline([{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions[i : i + 64]])
     return time.perf_counter() - start
 
 

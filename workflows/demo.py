@@ -113,12 +113,12 @@ def _held_out(cfg: XHConfig) -> tuple[list[dict], list[dict]]:
 def evaluate_held_out(cfg: XHConfig, model_dir: str) -> dict:
     """Official metrics over every held-out question; those without a graph have no prediction (a miss)."""
     from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_prediction_file, load_model, predict_graphs
+    from xh.inference import hotpot_prediction_file
+    from xh.pipeline import Pipeline
     from xh.wiki.titles import normalize_title
 
     questions, graphs = _held_out(cfg)
-    model, tokenizer = load_model(model_dir)
-    prediction = hotpot_prediction_file(predict_graphs(model, tokenizer, graphs))
+    prediction = hotpot_prediction_file(Pipeline.load(model=model_dir).predict(graphs))
     with open_output(join(cfg.storage.root, "eval", "pred_held_out.json"), s3_settings(cfg)) as out:
         out.write(json.dumps(prediction).encode())
     # graphs name documents by their normalised titles; the gold must too

@@ -1,6 +1,8 @@
 """The MLflow model registry: package a trained model as a pyfunc, register it, gate promotion.
 
     log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
+    version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
+    model, tokenizer = load_version(version["name"], version["version"])
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")
     model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
     decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0)
@@ -23,7 +25,7 @@ from typing import Sequence
 import mlflow
 import pandas as pd
 
-from xh.config import XHConfig
+from xh.config import ConfigError, XHConfig
 
 INPUT_COLUMNS = ["qid", "question", "graph"]
 PYFUNC_ENTRY = Path(__file__).with_name("pyfunc_entry.py")
@@ -131,6 +133,39 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
     return {"name": name, "version": int(version), "alias": cfg.train.alias, "model_uri": f"models:/{name}@{cfg.train.alias}"}
+
+
+# --- looking a version up -------------------------------------------------------------------------
+
+
+def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """`models:/NAME@ALIAS` -> (NAME, ALIAS, None); `models:/NAME/VERSION` -> (NAME, None, VERSION)."""
+    ref = uri[len("models:/") :] if uri.startswith("models:/") else ""
+    name, alias = ref.split("@", 1) if "@" in ref else (ref, None)
+    name, number = (name.split("/", 1) + [None])[:2] if alias is None else (name, None)
+    if not name or not (alias or number):
+        raise ConfigError(f"score.model must be models:/NAME@ALIAS or models:/NAME/VERSION, not {uri!r}")
+    return name, alias, number
+
+
+def resolve_model(uri: str) -> dict:
+    """`models:/NAME@ALIAS` or `models:/NAME/VERSION` -> name, version, run id (looked up once)."""
+    name, alias, number = parse_model_uri(uri)
+    client = mlflow.MlflowClient()
+    try:
+        if alias:
+            version = client.get_model_version_by_alias(name, alias)
+        else:
+            version = client.get_model_version(name, number)
+    except mlflow.exceptions.MlflowException as e:
+        raise ConfigError(f"score.model: cannot resolve {uri}: {e.message}") from None
+    return {"name": name, "version": str(version.version), "run_id": version.run_id or ""}
+
+
+def load_version(name: str, version: str) -> tuple:
+    """A registered version's XH model and tokenizer, loaded through its pyfunc (on the GPU when there is one)."""
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{version}").unwrap_python_model()
+    return pyfunc.model, pyfunc.tokenizer
 
 
 # --- promotion -------------------------------------------------------------------------------------

@@ -114,6 +114,7 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
     from workflows import batch_score
+    from xh.staging import InjectedFailure
     from xh.storage import open_output
 
     mlflow.set_tracking_uri(mlflow_server)
@@ -133,7 +134,7 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
         f"score.output={output}", "score.run_date=2026-11-22", "score.batch_size=4",
     ]  # fmt: skip
 
-    with pytest.raises(batch_score.InjectedFailure):
+    with pytest.raises(InjectedFailure):
         batch_score.run(load_config(None, [*overrides, "score.fail_before=inference"]))
     summary = batch_score.run(load_config(None, overrides))
     assert summary["resumed_stages"] == ["parse", "graphs"]  # the failed run's finished stages were kept

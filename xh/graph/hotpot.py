@@ -69,7 +69,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
 from xh.graph.encoded import QUESTION_TYPES
-from xh.questions import load_json, question_rows
+from xh.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings, resolve
 from xh.wiki.titles import normalize_title
@@ -399,8 +399,8 @@ def distractor_items(records: list, source: str) -> tuple[list[DistractorItem], 
     rows, quarantined = question_rows(records, source)
     first: dict[str, tuple[int, dict]] = {}  # question_rows keeps the first record of a repeated id
     for position, record in enumerate(records, start=1):
-        if isinstance(record, dict) and (record.get("_id") or record.get("id")):
-            first.setdefault(str(record.get("_id") or record.get("id")), (position, record))
+        if isinstance(record, dict) and record_id(record):
+            first.setdefault(str(record_id(record)), (position, record))
     items = []
     for row in rows:
         position, record = first[row["qid"]]

@@ -1,0 +1,81 @@
+"""JSON and JSON-lines files, local or s3:// (plain or bz2), with one-line errors.
+
+    records = read_json("hotpot_dev_distractor_v1.json")       # one JSON document
+    numbered = read_jsonl("pred.jsonl")                          # [(line number, record)]; a bad line is an error
+    for number, record, error in json_lines(text): ...           # a bad line is yielded, not raised
+
+A file that is missing, unreadable, not UTF-8 or not valid JSON raises `InputFileError` (a
+`ValueError`) whose message is one line naming the file; a missing file's error is also a
+`FileNotFoundError`, so drivers report it like any other missing input. Importing this module loads
+nothing else (pyarrow only when a file is read).
+"""
+
+from __future__ import annotations
+
+import bz2
+import json
+from typing import Any, Iterator
+
+
+class InputFileError(ValueError):
+    """An input file that is missing or malformed, explained in one line."""
+
+
+class MissingInputFile(InputFileError, FileNotFoundError):
+    """An input file that does not exist."""
+
+
+def read_json(uri: str, s3=None) -> Any:
+    """One JSON document."""
+    try:
+        return json.loads(read_text(uri, s3))
+    except json.JSONDecodeError as e:
+        raise InputFileError(f"{uri} is not valid JSON ({e})") from None
+
+
+def read_jsonl(uri: str, s3=None) -> list[tuple[int, Any]]:
+    """JSON lines as (line number, record); blank lines are skipped, so numbers follow the file."""
+    records = []
+    for number, record, error in json_lines(read_text(uri, s3)):
+        if error:
+            raise InputFileError(f"{uri} line {number} is not valid JSON ({error})")
+        records.append((number, record))
+    return records
+
+
+def json_lines(text: str) -> Iterator[tuple[int, Any, json.JSONDecodeError | None]]:
+    """(line number, record, None) per non-blank line; a line that is not JSON: (line number, the line, the error)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line), None
+        except json.JSONDecodeError as e:
+            yield number, line, e
+
+
+def read_text(uri: str, s3=None) -> str:
+    """A file's text; bz2 files (by their magic bytes) are decompressed."""
+    from xh.storage import open_input  # pyarrow only when a file is read
+
+    try:
+        with open_input(uri, s3) as stream:
+            data = stream.read()
+    except FileNotFoundError:
+        raise MissingInputFile(f"no such file: {uri}") from None
+    except OSError as e:
+        raise InputFileError(f"cannot read {uri}: {str(e).splitlines()[0]}") from None
+    return decode_text(uri, data)
+
+
+def decode_text(source: str, data: bytes) -> str:
+    """Bytes read from `source` as text (bz2 decompressed first); not UTF-8 is an InputFileError."""
+    if data[:3] == b"BZh":
+        try:
+            data = bz2.decompress(data)
+        except (OSError, ValueError) as e:
+            raise InputFileError(f"{source} is not a readable bz2 file ({e})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{source} is not UTF-8 text ({e.reason} at byte {e.start})") from None

@@ -1,0 +1,149 @@
+"""The system's main path in one object: questions -> retrieval -> evidence graphs -> model predictions.
+
+    retrieval, graph = settings_of(cfg)
+    pipeline = Pipeline.load(index="runs/demo/index/bm25", tables="runs/demo/tables", retrieval=retrieval,
+                             graph=graph, classifier="runs/demo/models/question_type", model="runs/demo/models/xh")
+    graphs, quarantined = pipeline.graphs(questions)   # QUESTIONS rows -> GRAPHS rows, QUARANTINE rows
+    predictions = pipeline.predict(graphs)             # one per graph (`xh.inference.predict_graphs`)
+    predictions, quarantined = pipeline(questions)     # both
+    row = prediction_row(question_text, predictions[0]) | provenance   # a PREDICTIONS row
+
+Everything is loaded once, and each half only when its inputs are given, so that a process needing
+one half holds only that half: batch scoring's graph actors pass `index` (the BM25 shards, entity
+linker and link graph; the docs and links of each batch's candidates are read per batch), its model
+actors `model`. `model` is a folder written by `XHModel.save_pretrained` (loaded on the CPU) or a
+registered version `models:/NAME/VERSION` (through its MLflow pyfunc, on the GPU when there is one).
+
+Questions without a `type` get one from `classifier` (`xh.model.qtype`, bridge or comparison) when
+one is given. A question without a graph is quarantined with the reason (`source` "graphs").
+Nothing here imports Ray: the batch-scoring driver (`workflows.batch_score`) maps batches of rows
+through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Sequence
+
+from xh.graph.hotpot import GraphSettings, HotpotGraphBuilder, QuestionClassifier
+from xh.retrieval.candidates import Retriever, RetrievalSettings
+from xh.schemas import RAW_LIMIT
+from xh.storage import S3Settings
+
+GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
+
+
+def settings_of(cfg) -> tuple[RetrievalSettings, GraphSettings]:
+    """The retrieval and graph settings for new questions, from the config's `retrieve` and `graphs`
+    sections (fields of the same name); new questions have no answer, so no answer node is required."""
+
+    def from_section(settings_class, section):
+        return settings_class(**{f.name: getattr(section, f.name) for f in dataclasses.fields(settings_class)})
+
+    graph = dataclasses.replace(from_section(GraphSettings, cfg.graphs), require_answer=False)
+    return from_section(RetrievalSettings, cfg.retrieve), graph
+
+
+class Pipeline:
+    """Retriever and graph builder (the graph half), XH model and tokenizer (the model half)."""
+
+    def __init__(
+        self,
+        retriever: Retriever | None = None,
+        tables: str | None = None,
+        graph: GraphSettings | None = None,
+        classifier: QuestionClassifier | None = None,
+        model=None,
+        tokenizer=None,
+        batch_graphs: int = 8,
+        s3: S3Settings | None = None,
+    ) -> None:
+        self.retriever, self.tables, self.graph_settings, self.classifier = retriever, tables, graph, classifier
+        self.model, self.tokenizer, self.batch_graphs = model, tokenizer, batch_graphs
+        self.s3 = s3
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        index: str | None = None,
+        tables: str | None = None,
+        retrieval: RetrievalSettings | None = None,
+        graph: GraphSettings | None = None,
+        classifier: str | None = None,
+        model: str | None = None,
+        batch_graphs: int = 8,
+        s3: S3Settings | None = None,
+    ) -> "Pipeline":
+        """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
+        `classifier` folder); the model half when `model` is given."""
+        retriever = question_types = weights = tokenizer = None
+        if index is not None:
+            retriever = Retriever.load(index, tables, retrieval, s3)
+            if classifier:
+                from xh.model.qtype import QuestionTypeClassifier
+
+                question_types = QuestionTypeClassifier.load(classifier).predict
+        if model is not None:
+            weights, tokenizer = _load_model(model)
+        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3)
+
+    def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+        """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
+        questions = list(questions)
+        candidates: dict[str, list[dict]] = {}
+        for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
+            candidates.setdefault(row["qid"], []).append(row)
+        # only the documents these questions need: the docs table is far larger than a batch's share
+        doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
+        builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
+        graphs, quarantined = [], []
+        for question, outcome in zip(questions, builder.build_many(questions, candidates)):
+            if outcome.graph is not None:
+                graphs.append(outcome.graph)
+            else:
+                raw = json.dumps({"qid": question["qid"], "question": question["question"]})[:RAW_LIMIT]
+                quarantined.append({"source": GRAPH_FAILURES, "position": -1, "reason": outcome.reason, "raw": raw})
+        return graphs, quarantined
+
+    def predict(self, graphs: Sequence[dict]) -> list[dict]:
+        """GRAPHS rows -> one prediction each, in order: HotpotQA answer, supporting facts and node
+        score, or a FEVER label, its probabilities and evidence (`xh.model.decode`)."""
+        from xh.inference import predict_graphs
+
+        return predict_graphs(self.model, self.tokenizer, graphs, batch_graphs=self.batch_graphs)
+
+    def __call__(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+        """QUESTIONS rows -> (predictions, QUARANTINE rows of the questions without a graph)."""
+        graphs, quarantined = self.graphs(questions)
+        return self.predict(graphs), quarantined
+
+
+def _load_model(model: str) -> tuple:
+    """(XH model, tokenizer) from a folder, or from a registered version (`models:/NAME/VERSION` or `@ALIAS`)."""
+    if model.startswith("models:/"):
+        from xh.registry import load_version, resolve_model
+
+        found = resolve_model(model)
+        return load_version(found["name"], found["version"])
+    from xh.inference import load_model
+
+    return load_model(model)
+
+
+def prediction_row(question: str, prediction: dict) -> dict:
+    """A prediction as a PREDICTIONS row, less the provenance columns (model, run, corpus, time).
+    FEVER: the label is the answer, its probability the score, the evidence the supporting facts."""
+    fever = "label" in prediction
+    facts = prediction["evidence"] if fever else prediction["supporting_facts"]
+    return {
+        "qid": prediction["qid"],
+        "question": question,
+        "answer": prediction["label"] if fever else prediction["answer"],
+        "answer_doc_id": None if fever else prediction.get("answer_doc_id"),
+        "answer_title": None if fever else prediction.get("answer_title"),
+        "answer_type": None if fever else prediction.get("answer_type"),
+        "supporting_facts": [{"title": t, "sent": int(s)} for t, s in facts],
+        "score": float(prediction["label_probs"][prediction["label"]] if fever else prediction["node_score"]),
+    }

@@ -1,0 +1,134 @@
+"""A batch job's stages, each written whole under a staging folder before the next starts, so that a
+failed run re-run resumes after its last finished stage; then its outputs move into place.
+
+    stages = Stages(staging_uri, s3)          # fail_before="graphs": stop there (tests of resumption)
+    parsed = stages.run("parse", lambda: files.map_batches(parse))   # a Ray Dataset -> <staging>/parse/*.parquet
+    graphs = stages.run("graphs", lambda: read_stage(parsed, s3).map_batches(build))
+    stages.resumed, stages.seconds                 # the stages a re-run skipped; seconds per stage
+    write_quarantine([parsed, graphs], quarantine_uri, s3)   # {reason: count}
+    replace_partition(predictions, partition_uri, s3)
+    count_rows(partition_uri, s3)
+
+A stage is finished when its folder holds `_SUCCESS`, written after the last Parquet file. A stage's
+rows that could not be used carry the QUARANTINE columns (`with_quarantine`), `reason` not null; the
+next stage reads only the others (`read_stage`), and `write_quarantine` gathers them at the end.
+A stage's dataset comes from the caller; only `read_stage` imports Ray (when called).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from xh import schemas
+from xh.storage import S3Settings, join, list_files, resolve
+
+DONE = "_SUCCESS"
+
+
+def with_quarantine(fields: Sequence[pa.Field]) -> pa.Schema:
+    """A stage's schema: its own columns, then the QUARANTINE columns (null on rows it could use)."""
+    return pa.schema([*fields, *(f.with_nullable(True) for f in schemas.QUARANTINE)])
+
+
+def empty_folder(uri: str, s3: S3Settings | None) -> tuple:
+    """(filesystem, path) of a folder that exists and is empty, whatever an earlier run left in it."""
+    fs, path = resolve(uri, s3)
+    fs.create_dir(path, recursive=True)
+    fs.delete_dir_contents(path)
+    return fs, path
+
+
+def done(uri: str, s3: S3Settings | None) -> bool:
+    fs, path = resolve(join(uri, DONE), s3)
+    return fs.get_file_info(path).type.name != "NotFound"
+
+
+def write_stage(dataset, uri: str, s3: S3Settings | None) -> None:
+    """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first)."""
+    fs, path = empty_folder(uri, s3)
+    dataset.write_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    with fs.open_output_stream(f"{path}/{DONE}", compression=None) as out:
+        out.write(b"")
+
+
+def read_stage(uri: str, s3: S3Settings | None):
+    """A finished stage's usable rows (no reason) as a materialized Ray Dataset."""
+    import ray.data
+    from ray.data.expressions import col
+
+    fs, path = resolve(uri, s3)
+    rows = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    # Read before an actor pool takes the CPUs: Ray's file listing wants a whole one.
+    return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
+
+
+class InjectedFailure(RuntimeError):
+    """Raised before the stage named by `fail_before` (tests of resumption)."""
+
+
+class Stages:
+    """The stages of one run under `staging`: each runs unless a finished copy is there already."""
+
+    def __init__(self, staging: str, s3: S3Settings | None, fail_before: str | None = None) -> None:
+        self.staging, self.s3, self.fail_before = staging, s3, fail_before
+        self.resumed: list[str] = []
+        self.seconds: dict[str, float] = {}
+
+    def run(self, name: str, dataset: Callable[[], object], resume: bool = True) -> str:
+        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its URI."""
+        if name == self.fail_before:
+            raise InjectedFailure(f"fail_before={name}: stopping before the {name} stage")
+        uri = join(self.staging, name)
+        start = time.perf_counter()
+        if resume and done(uri, self.s3):
+            self.resumed.append(name)
+        else:
+            write_stage(dataset(), uri, self.s3)
+        self.seconds[name] = time.perf_counter() - start
+        return uri
+
+    def clear(self) -> None:
+        fs, path = resolve(self.staging, self.s3)
+        fs.delete_dir(path)
+
+
+def replace_partition(staged: str, target: str, s3: S3Settings | None) -> int:
+    """Move a stage's Parquet files into a partition, replacing what an earlier run left there; returns their count."""
+    fs, _ = resolve(staged, s3)
+    _, dst = empty_folder(target, s3)
+    files = list_files(staged, s3, suffix=".parquet")
+    for f in files:
+        path = resolve(f, s3)[1]
+        fs.move(path, f"{dst}/{path.rsplit('/', 1)[1]}")
+    return len(files)
+
+
+def count_rows(uri: str, s3: S3Settings | None) -> int:
+    import pyarrow.dataset as pads
+
+    fs, path = resolve(uri, s3)
+    return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).count_rows()
+
+
+def write_quarantine(stages: Sequence[str], target: str, s3: S3Settings | None) -> dict[str, int]:
+    """The stages' rows with a reason, as one QUARANTINE file in `target` (replaced); returns {reason: count}."""
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    fs, dst = empty_folder(target, s3)
+    parts = []
+    for uri in stages:
+        _, path = resolve(uri, s3)
+        rows = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table(
+            columns=schemas.QUARANTINE.names, filter=pads.field("reason").is_valid()
+        )
+        parts.append(rows.cast(schemas.QUARANTINE))
+    table = pa.concat_tables(parts)
+    pq.write_table(table, f"{dst}/part-00000.parquet", filesystem=fs)
+    counts: dict[str, int] = {}
+    for reason in table["reason"].to_pylist():
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
