@@ -171,23 +171,44 @@ def minilm_path() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_backbone(tmp_path_factory, minilm_path) -> str:
-    """A tiny random BERT (3 layers x 32) saved as a local `from_pretrained` folder, with MiniLM's
-    real uncased WordPiece tokenizer: the backbone of training tests that must run in seconds."""
-    import shutil
+def make_tiny_backbone(tmp_path_factory, minilm_path):
+    """Tiny random BERTs saved as local `from_pretrained` folders with MiniLM's real uncased WordPiece
+    tokenizer: the backbones of tests that must run in seconds. One folder per size, built once:
 
+        make_tiny_backbone()                              # 3 layers x 32, 2 heads
+        make_tiny_backbone(layers=2, max_positions=128)
+    """
     import torch
-    from transformers import BertConfig, BertModel
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)  # fmt: skip
-    BertModel(config).save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
-        if (Path(minilm_path) / name).exists():
-            shutil.copy(Path(minilm_path) / name, folder / name)
-    return str(folder)
+    folders: dict[tuple, str] = {}
+
+    def make(layers: int = 3, hidden: int = 32, heads: int = 2, max_positions: int = 512) -> str:
+        key = (layers, hidden, heads, max_positions)
+        if key not in folders:
+            folder = tmp_path_factory.mktemp(f"tiny-bert-{layers}x{hidden}")
+            tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+            config = BertConfig(
+                vocab_size=tokenizer.vocab_size,
+                hidden_size=hidden,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                intermediate_size=2 * hidden,
+                max_position_embeddings=max_positions,
+            )
+            torch.manual_seed(0)
+            BertModel(config).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            folders[key] = str(folder)
+        return folders[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(make_tiny_backbone) -> str:
+    """The default tiny BERT (3 layers x 32, 2 heads)."""
+    return make_tiny_backbone()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,8 +21,9 @@ from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import is_s3, join, resolve
 from xh.tracking import absolute_tracking
-from xh.train.loop import in_dev_split, plan_steps, train_loop_per_worker
+from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
+from xh.train.worker import plan_steps
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -72,7 +73,15 @@ def fit(cfg: XHConfig) -> dict:
     init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
-    plan = plan_steps(num_train, cfg.train)
+    plan = plan_steps(
+        num_train,
+        workers=cfg.train.workers,
+        batch_size=cfg.train.batch_graphs,
+        grad_accum=cfg.train.grad_accum,
+        epochs=cfg.train.epochs,
+        max_steps=cfg.train.max_steps,
+        unit="graphs",
+    )
     log("train", f"{num_train} training graphs, {num_dev} dev graphs; plan {asdict(plan)}")
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None
     storage_path = resolve(paths["storage"], s3)[1] if storage_fs else paths["storage"]

@@ -3,6 +3,12 @@
     with stage_run(cfg, "synth") as run:      # params = flatten(cfg, "synth"), tags = stage, git sha, versions
         mlflow.log_metric("docs", 2000)
 
+    tracking = TrainingRun(cfg, "train", run_name="xh") if rank == 0 else None   # a training loop's rank 0
+    tracking.log(step, {"loss": 0.7})         # buffered ...
+    tracking.flush()                          # ... until a checkpoint is reported
+    tracking.end()
+
+Every run is opened by `stage_run`; `TrainingRun` is the one a Ray Train worker loop keeps open.
 The embedded default is a SQLite store under `runs/mlflow/` (MLflow 3 has no file store); a
 deployment points `mlflow.tracking_uri` at an `mlflow server`.
 """
@@ -12,9 +18,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-from contextlib import contextmanager
+import time
 from pathlib import Path
-from typing import Iterator
 
 from xh.config import MlflowConfig, XHConfig, flatten
 from xh.storage import S3Settings, is_s3
@@ -85,15 +90,85 @@ def environment_tags() -> dict[str, str]:
     }
 
 
-@contextmanager
-def stage_run(cfg: XHConfig, stage: str, run_name: str | None = None, s3: S3Settings | None = None) -> Iterator:
-    """An MLflow run for one stage, with the stage's config as flattened params."""
+def device_tags() -> dict[str, str]:
+    """What a training run ran on: torch's version, cpu or cuda, and which GPU."""
+    import torch
+
+    tags = {"torch": torch.__version__, "device": "cuda" if torch.cuda.is_available() else "cpu"}
+    if torch.cuda.is_available():
+        tags["gpu"] = torch.cuda.get_device_name(0)
+    return tags
+
+
+def stage_run(
+    cfg: XHConfig,
+    stage: str,
+    run_name: str | None = None,
+    s3: S3Settings | None = None,
+    *,
+    params: dict | None = None,
+    tags: dict | None = None,
+    run_id: str | None = None,
+):
+    """Start the MLflow run of one stage: the stage's config as flattened params (and `params`), the stage
+    and the environment as tags (and `tags`). With `run_id`, reopen that run instead (a resumed training).
+
+    Returns MLflow's active run: `with stage_run(...) as run:` ends it, or `mlflow.end_run()` does.
+    """
     import mlflow
 
     experiment_id = configure(cfg.mlflow, s3)
+    if run_id is not None:
+        return mlflow.start_run(run_id=run_id)
     # Inside another stage's run (the demo's), a stage's run is its child.
     nested = mlflow.active_run() is not None
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, nested=nested) as run:
-        mlflow.set_tags({"stage": stage, **environment_tags()})
-        mlflow.log_params(flatten(cfg, stage))
-        yield run
+    run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, nested=nested)
+    try:
+        mlflow.set_tags({"stage": stage, **environment_tags(), **(tags or {})})
+        mlflow.log_params({**flatten(cfg, stage), **(params or {})})
+    except Exception:
+        mlflow.end_run("FAILED")
+        raise
+    return run
+
+
+class TrainingRun:
+    """Rank 0's MLflow run in a Ray Train worker loop (the other workers keep none), tagged with `device_tags`.
+
+    Step metrics wait in a buffer until `flush`, which the loop calls once a checkpoint is reported:
+    after a failure the steps since that checkpoint run again, and are still logged only once.
+    """
+
+    def __init__(
+        self,
+        cfg: XHConfig,
+        stage: str,
+        *,
+        run_name: str,
+        run_id: str | None = None,
+        params: dict | None = None,
+        tags: dict | None = None,
+    ):
+        tags = {**device_tags(), **(tags or {})}
+        self.run_id = stage_run(cfg, stage, run_name, params=params, tags=tags, run_id=run_id).info.run_id
+        self.pending: list = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.pending.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
+
+    def flush(self) -> None:
+        import mlflow
+
+        client = mlflow.MlflowClient()
+        for start in range(0, len(self.pending), 900):  # MLflow takes at most 1000 metrics per batch
+            client.log_batch(self.run_id, metrics=self.pending[start : start + 900])
+        self.pending.clear()
+
+    def end(self) -> None:
+        import mlflow
+
+        self.flush()
+        mlflow.end_run()

@@ -8,26 +8,11 @@ import uuid
 
 import pyarrow.dataset as pads
 import pytest
-import torch
 
 from workflows import retrieve, train_reranker
 from xh.config import load_config
 from xh.retrieval.rerank import CONFIG_FILE, CrossEncoder
 from xh.storage import list_files
-
-
-@pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory, minilm_path) -> str:
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 @pytest.mark.multinode
@@ -49,7 +34,7 @@ def test_train_on_two_workers_then_retrieve_with_the_reranker(ray_cluster, s3_en
     assert summary["output"] == output and summary["steps"] == 6
     assert summary["metrics"]["step"] == 6 and summary["metrics"]["epoch"] >= 1
     files = {f.rsplit("/", 1)[-1] for f in list_files(output, s3_endpoint)}
-    assert {CONFIG_FILE, "head.safetensors", "model.safetensors", "config.json", "tokenizer.json"} <= files
+    assert {CONFIG_FILE, "model.safetensors", "config.json", "tokenizer.json"} <= files
     reranker = CrossEncoder.load(output, s3_endpoint)
     assert reranker.max_length == 64 and reranker.score("a question?", ["one", "two"]).shape == (2,)
 

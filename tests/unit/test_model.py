@@ -1,19 +1,18 @@
 """The Transformer-XH model: hop attention, batching across graphs, heads and losses, save/load, decoding.
 
-Most tests use a tiny random BERT (3 layers x 32) saved with the real uncased WordPiece vocabulary to
-a temporary folder, so that `XHModel.from_backbone` loads it exactly as it loads a real checkpoint;
-one test loads the real all-MiniLM-L6-v2.
+Most tests use a tiny random BERT (3 layers x 32, 4 heads; `make_tiny_backbone` of tests/conftest.py)
+saved with the real uncased WordPiece vocabulary to a temporary folder, so that `XHModel.from_backbone`
+loads it exactly as it loads a real checkpoint; one test loads the real all-MiniLM-L6-v2.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, BertConfig, BertModel, BertTokenizerFast
+from transformers import AutoModel, BertTokenizerFast
 
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
@@ -21,36 +20,18 @@ from xh.model import HopGraph, XHModel, collate, decode, pack_batches
 from xh.model.hop import DotProductHopAttention, GATHopAttention, HopStep
 from xh.model.scatter import segment_softmax
 
-VOCAB = Path(__file__).resolve().parents[3] / "shared" / "models" / "bert-base-uncased-vocab" / "vocab.txt"
-
-
 # --- fixtures and helpers -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory) -> str:
-    """A random 3-layer BERT and a real WordPiece tokenizer, saved like any pretrained checkpoint."""
-    if not VOCAB.is_file():
-        pytest.skip(f"BERT vocabulary not found at {VOCAB}")
-    folder = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = BertTokenizerFast(vocab=str(VOCAB))
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+def backbone(make_tiny_backbone) -> str:
+    """The tiny BERT of tests/conftest.py with 4 heads (the hop-attention tests count them)."""
+    return make_tiny_backbone(heads=4, max_positions=128)
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_backbone):
-    return BertTokenizerFast.from_pretrained(tiny_backbone)
+def tokenizer(backbone):
+    return BertTokenizerFast.from_pretrained(backbone)
 
 
 def make_model(backbone: str, seed: int = 0, **overrides) -> XHModel:
@@ -253,14 +234,14 @@ def test_pack_batches_keeps_every_graph_once_within_the_budget(tokenizer):
 # --- the model -------------------------------------------------------------------------------------------
 
 
-def test_k0_reproduces_the_backbone_hidden_states_exactly(tiny_backbone, tokenizer):
+def test_k0_reproduces_the_backbone_hidden_states_exactly(backbone, tokenizer):
     batch = collate(hotpot_graphs(tokenizer))
-    plain = AutoModel.from_pretrained(tiny_backbone).eval()
+    plain = AutoModel.from_pretrained(backbone).eval()
     expected = plain(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids
     ).last_hidden_state
-    no_hop = make_model(tiny_backbone, hop_layers=0).eval()
-    with_hop = make_model(tiny_backbone, hop_layers=3).eval()
+    no_hop = make_model(backbone, hop_layers=0).eval()
+    with_hop = make_model(backbone, hop_layers=3).eval()
     with torch.no_grad():
         assert torch.equal(no_hop.encode(batch), expected)
         hop_states = with_hop.encode(batch)
@@ -273,8 +254,8 @@ def test_k0_reproduces_the_backbone_hidden_states_exactly(tiny_backbone, tokeniz
     assert torch.equal(alone, expected)
 
 
-def test_perturbing_one_graph_never_changes_another(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=3).eval()
+def test_perturbing_one_graph_never_changes_another(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=3).eval()
     graphs = hotpot_graphs(tokenizer)
     changed = make_graph(
         tokenizer, "q2", "Who designed the statue of liberty?", [STATUE, GUSTAVE], [(0, 1)], relevance=[1, 1]
@@ -296,8 +277,8 @@ def test_perturbing_one_graph_never_changes_another(tiny_backbone, tokenizer):
     torch.testing.assert_close(before.hidden_states[5, :n], alone.hidden_states[0], atol=1e-5, rtol=0)
 
 
-def test_losses_are_present_for_labelled_batches_and_gradients_reach_hop_parameters(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=2).train()
+def test_losses_are_present_for_labelled_batches_and_gradients_reach_hop_parameters(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=2).train()
     out = model(collate(hotpot_graphs(tokenizer)))
     assert set(out.losses) == {"node", "span", "answer_type", "sentence"}
     expected = sum(out.losses.values())  # default weights are all 1
@@ -311,7 +292,7 @@ def test_losses_are_present_for_labelled_batches_and_gradients_reach_hop_paramet
         assert param.grad is not None, name  # DDP needs every parameter in the graph
 
 
-def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(tiny_backbone, tokenizer):
+def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(backbone, tokenizer):
     """Both supporting pages of a bridge question are relevant; only the answer page holds the span, so
     the node loss adds the negative log-probability of the answer node among its graph's nodes."""
     import torch.nn.functional as F
@@ -319,7 +300,7 @@ def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(tiny_backbo
     from xh.model.heads import HotpotHeads
 
     batch = collate(hotpot_graphs(tokenizer))
-    model = make_model(tiny_backbone, hop_layers=2).eval()
+    model = make_model(backbone, hop_layers=2).eval()
     with torch.no_grad():
         out = model(batch)
     logits = out.node_logits
@@ -346,8 +327,8 @@ def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(tiny_backbo
     assert rank_after > rank_before
 
 
-def test_output_reports_hop_attention_per_layer(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=2).eval()
+def test_output_reports_hop_attention_per_layer(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=2).eval()
     batch = collate(hotpot_graphs(tokenizer))
     with torch.no_grad():
         out = model(batch)
@@ -361,16 +342,16 @@ def test_output_reports_hop_attention_per_layer(tiny_backbone, tokenizer):
         torch.testing.assert_close(weights[0], torch.ones(4))  # node 1 has one in-neighbour (node 0)
 
 
-def test_loss_is_none_without_labels(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=1).eval()
+def test_loss_is_none_without_labels(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=1).eval()
     graph = make_graph(tokenizer, "new", "Where is the tower?", [EIFFEL, GUSTAVE], [(1, 0)])
     out = model(collate([graph]))
     assert out.loss is None and out.losses == {}
     assert out.start_logits.shape == out.end_logits.shape == collate([graph]).input_ids.shape
 
 
-def test_span_logits_are_masked_to_paragraph_tokens(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=1).eval()
+def test_span_logits_are_masked_to_paragraph_tokens(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=1).eval()
     batch = collate(hotpot_graphs(tokenizer))
     with torch.no_grad():
         out = model(batch)
@@ -378,8 +359,8 @@ def test_span_logits_are_masked_to_paragraph_tokens(tiny_backbone, tokenizer):
     assert (out.end_logits[batch.paragraph_mask] > -1e3).all()
 
 
-def test_bf16_autocast_runs_on_cpu(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=3, hop_dropout=0.0).eval()  # eval: no dropout, comparable runs
+def test_bf16_autocast_runs_on_cpu(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=3, hop_dropout=0.0).eval()  # eval: no dropout, comparable runs
     batch = collate(hotpot_graphs(tokenizer))
     with torch.no_grad():
         full = model(batch)
@@ -393,8 +374,8 @@ def test_bf16_autocast_runs_on_cpu(tiny_backbone, tokenizer):
     assert model.hop_steps[0].attention.query.weight.grad.abs().sum() > 0
 
 
-def test_gat_variant_runs_and_trains(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=2, hop_variant="gat", hop_dropout=0.0).train()
+def test_gat_variant_runs_and_trains(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=2, hop_variant="gat", hop_dropout=0.0).train()
     out = model(collate(hotpot_graphs(tokenizer)))
     out.loss.backward()
     attention = model.hop_steps[0].attention
@@ -403,13 +384,13 @@ def test_gat_variant_runs_and_trains(tiny_backbone, tokenizer):
         assert param.grad is not None and param.grad.abs().sum() > 0
 
 
-def test_hop_layers_beyond_the_encoder_are_refused(tiny_backbone):
+def test_hop_layers_beyond_the_encoder_are_refused(backbone):
     with pytest.raises(ValueError, match="hop_layers=4 but the encoder has only 3 layers"):
-        make_model(tiny_backbone, hop_layers=4)
+        make_model(backbone, hop_layers=4)
 
 
-def test_save_then_load_gives_identical_outputs_without_pickle(tiny_backbone, tokenizer, tmp_path, monkeypatch):
-    model = make_model(tiny_backbone, hop_layers=2, hop_variant="gat").eval()
+def test_save_then_load_gives_identical_outputs_without_pickle(backbone, tokenizer, tmp_path, monkeypatch):
+    model = make_model(backbone, hop_layers=2, hop_variant="gat").eval()
     batch = collate(hotpot_graphs(tokenizer))
     with torch.no_grad():
         expected = model(batch)
@@ -431,9 +412,9 @@ def test_save_then_load_gives_identical_outputs_without_pickle(tiny_backbone, to
     assert loaded.tokenizer("Paris")["input_ids"] == tokenizer("Paris")["input_ids"]
 
 
-def test_a_folder_without_an_xh_config_is_refused(tiny_backbone):
+def test_a_folder_without_an_xh_config_is_refused(backbone):
     with pytest.raises(ValueError, match="is not a saved XH model"):
-        XHModel.from_pretrained(tiny_backbone)
+        XHModel.from_pretrained(backbone)
 
 
 # --- FEVER -----------------------------------------------------------------------------------------------
@@ -450,8 +431,8 @@ def fever_graphs(tokenizer) -> list[EncodedGraph]:
     ]
 
 
-def test_fever_claim_loss_is_the_nll_of_the_importance_mixture(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, task="fever", hop_layers=2).eval()
+def test_fever_claim_loss_is_the_nll_of_the_importance_mixture(backbone, tokenizer):
+    model = make_model(backbone, task="fever", hop_layers=2).eval()
     batch = collate(fever_graphs(tokenizer))
     with torch.no_grad():
         out = model(batch)
@@ -473,8 +454,8 @@ def test_fever_claim_loss_is_the_nll_of_the_importance_mixture(tiny_backbone, to
     torch.testing.assert_close(out.importance[:3].sum(), torch.tensor(1.0))
 
 
-def test_fever_decode_ranks_evidence_by_importance(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, task="fever", hop_layers=1).eval()
+def test_fever_decode_ranks_evidence_by_importance(backbone, tokenizer):
+    model = make_model(backbone, task="fever", hop_layers=1).eval()
     graphs = fever_graphs(tokenizer)
     batch = collate(graphs)
     with torch.no_grad():
@@ -492,8 +473,8 @@ def test_fever_decode_ranks_evidence_by_importance(tiny_backbone, tokenizer):
 # --- HotpotQA decoding -----------------------------------------------------------------------------------
 
 
-def test_decode_returns_the_exact_text_of_a_span_through_offsets(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=1).eval()
+def test_decode_returns_the_exact_text_of_a_span_through_offsets(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=1).eval()
     graphs = hotpot_graphs(tokenizer)
     batch = collate(graphs)
     with torch.no_grad():
@@ -518,8 +499,8 @@ def test_decode_returns_the_exact_text_of_a_span_through_offsets(tiny_backbone, 
     assert third["answer"] in graphs[2].node_paragraphs[0]
 
 
-def test_decode_keeps_spans_within_max_answer_tokens(tiny_backbone, tokenizer):
-    model = make_model(tiny_backbone, hop_layers=1).eval()
+def test_decode_keeps_spans_within_max_answer_tokens(backbone, tokenizer):
+    model = make_model(backbone, hop_layers=1).eval()
     graphs = hotpot_graphs(tokenizer)[2:]
     batch = collate(graphs)
     with torch.no_grad():

@@ -1,6 +1,6 @@
 """The question-type classifier: training, prediction, save/load, evaluation, the file entry point.
 
-Most tests use a tiny randomly initialised BERT (2 layers × 32) with all-MiniLM-L6-v2's tokenizer on
+Most tests use a tiny randomly initialised BERT (2 layers × 32, tests/conftest.py) with all-MiniLM-L6-v2's tokenizer on
 templated questions, so they take seconds; the real-data test trains on HotpotQA's 7,205 labelled
 dev questions with the real all-MiniLM-L6-v2.
 """
@@ -41,25 +41,15 @@ def templated(n: int, seed: int) -> tuple[list[str], list[str]]:
 
 
 @pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory, minilm_path) -> str:
-    """A folder holding a 2-layer × 32 BERT with random weights and all-MiniLM-L6-v2's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+def backbone(make_tiny_backbone) -> str:
+    """The tiny BERT of tests/conftest.py, 2 layers x 32."""
+    return make_tiny_backbone(layers=2, max_positions=128)
 
 
 @pytest.fixture(scope="module")
-def tiny_classifier(tiny_backbone) -> QuestionTypeClassifier:
+def tiny_classifier(backbone) -> QuestionTypeClassifier:
     questions, types = templated(240, seed=1)
-    return QuestionTypeClassifier.train(questions, types, tiny_backbone, seed=0)
+    return QuestionTypeClassifier.train(questions, types, backbone, seed=0)
 
 
 def test_tiny_backbone_learns_templates(tiny_classifier):
@@ -94,7 +84,7 @@ def test_save_load_gives_identical_probabilities(tiny_classifier, tmp_path, incl
     questions, _ = templated(40, seed=4)
     before = tiny_classifier.predict_proba(questions)
     tiny_classifier.save(tmp_path / "clf", include_backbone=include_backbone)
-    assert (tmp_path / "clf" / "backbone" / "model.safetensors").is_file() == include_backbone
+    assert (tmp_path / "clf" / "config.json").is_file() == include_backbone  # the backbone's config
     assert not list((tmp_path / "clf").rglob("*.bin")) and not list((tmp_path / "clf").rglob("*.pt"))
     loaded = QuestionTypeClassifier.load(tmp_path / "clf")
     assert np.array_equal(loaded.predict_proba(questions), before)
@@ -102,27 +92,25 @@ def test_save_load_gives_identical_probabilities(tiny_classifier, tmp_path, incl
 
 
 def test_load_refuses_a_different_backbone(tiny_classifier, tmp_path):
-    import torch
-    from transformers import BertModel
+    from safetensors.torch import load_file, save_file
 
     tiny_classifier.save(tmp_path / "clf", include_backbone=True)
-    model = BertModel.from_pretrained(tmp_path / "clf" / "backbone")
-    with torch.no_grad():
-        model.embeddings.word_embeddings.weight[0, 0] += 1.0
-    model.save_pretrained(tmp_path / "clf" / "backbone")
+    weights = load_file(tmp_path / "clf" / "model.safetensors")
+    weights["backbone.embeddings.word_embeddings.weight"][0, 0] += 1.0
+    save_file(weights, tmp_path / "clf" / "model.safetensors")
     with pytest.raises(ValueError, match="is not the one the classifier"):
         QuestionTypeClassifier.load(tmp_path / "clf")
     with pytest.raises(ValueError, match="not a saved question-type classifier"):
         QuestionTypeClassifier.load(tmp_path)
 
 
-def test_train_refuses_bad_labels(tiny_backbone):
+def test_train_refuses_bad_labels(backbone):
     with pytest.raises(ValueError, match="unknown question types"):
-        QuestionTypeClassifier.train(["Who is older, A or B?"], ["yes-no"], tiny_backbone)
+        QuestionTypeClassifier.train(["Who is older, A or B?"], ["yes-no"], backbone)
     with pytest.raises(ValueError, match="none of type"):
-        QuestionTypeClassifier.train(["Who is older, A or B?"], ["comparison"], tiny_backbone)
+        QuestionTypeClassifier.train(["Who is older, A or B?"], ["comparison"], backbone)
     with pytest.raises(ValueError, match="2 questions but 1 types"):
-        QuestionTypeClassifier.train(["a?", "b?"], ["bridge"], tiny_backbone)
+        QuestionTypeClassifier.train(["a?", "b?"], ["bridge"], backbone)
 
 
 def test_labelled_questions_quarantine_bad_records():
@@ -159,13 +147,13 @@ def test_holdout_split_is_deterministic_and_order_free():
     assert {shuffled[i] for i in test2} == {questions[i] for i in test}
 
 
-def test_main_counts_bad_records_and_saves(tiny_backbone, tmp_path, capsys):
+def test_main_counts_bad_records_and_saves(backbone, tmp_path, capsys):
     questions, types = templated(150, seed=6)
     records = [{"_id": str(i), "question": q, "type": t} for i, (q, t) in enumerate(zip(questions, types))]
     records += [{"question": "Where?"}, {"question": "", "type": "bridge"}, {"question": "Why?", "type": "other"}, 7]
     path = tmp_path / "questions.json"
     path.write_text(json.dumps(records))
-    summary = main(["--train", str(path), "--backbone", tiny_backbone, "--out", str(tmp_path / "out")])
+    summary = main(["--train", str(path), "--backbone", backbone, "--out", str(tmp_path / "out")])
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed == json.loads(json.dumps(summary))
     assert summary["records"] == 154 and summary["quarantined"] == 4

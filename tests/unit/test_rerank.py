@@ -24,21 +24,6 @@ from xh.retrieval.rerank import (
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory, minilm_path) -> str:
-    """A 2-layer, 32-wide random BERT with the real uncased vocabulary, saved as a from_pretrained folder."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128)  # fmt: skip
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 HOTPOT = [
     {
         "_id": "q1",
@@ -105,8 +90,24 @@ def test_save_then_load_gives_identical_scores(tiny_backbone, tmp_path):
     assert not list(tmp_path.rglob("*.bin")) and not list(tmp_path.rglob("*.pt"))  # safetensors only
     loaded = CrossEncoder.load(str(tmp_path / "reranker"))
     np.testing.assert_array_equal(loaded.score("Where was Mara Quinn born?", passages), before)
-    with pytest.raises(FileNotFoundError, match="no re-ranker"):
+    with pytest.raises(FileNotFoundError, match="is not a saved re-ranker"):
         CrossEncoder.load(str(tmp_path / "nothing"))
+
+
+def test_a_reranker_saved_in_the_earlier_layout_still_loads(tiny_backbone, tmp_path):
+    """Before xh.model.saved: the head in head.safetensors, the backbone's own folder in backbone/."""
+    from safetensors.torch import save_file
+
+    encoder = CrossEncoder.from_backbone(tiny_backbone, max_length=64, seed=1)
+    passages = ["Mara Quinn was born in Lake Melholm.", "East Ebbridge is a town."]
+    before = encoder.score("Where was Mara Quinn born?", passages)
+    old = tmp_path / "old"
+    encoder.backbone.save_pretrained(old / "backbone")
+    encoder.tokenizer.save_pretrained(old / "backbone")
+    save_file({k: v.contiguous() for k, v in encoder.head.state_dict().items()}, old / "head.safetensors")
+    config = {"format": "xh-cross-encoder", "version": 1, "max_length": 64, "hidden_size": 32, "started_from": ""}
+    (old / CONFIG_FILE).write_text(json.dumps(config))
+    np.testing.assert_array_equal(CrossEncoder.load(str(old)).score("Where was Mara Quinn born?", passages), before)
 
 
 @pytest.mark.slow  # fine-tunes the real MiniLM for 20 steps: ~15 s on two idle cores

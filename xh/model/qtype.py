@@ -22,11 +22,13 @@ full-batch L-BFGS from zeros, so training is deterministic); the penalty is chos
 of the training questions, then the head is refit on all of them. Fine-tuning the last layer as
 well was tried on HotpotQA (7,205 dev questions): no better held-out accuracy, several times slower.
 
-Saved folder (no pickle anywhere; `load` reads JSON and safetensors only):
+Saved folder: the saved-model format of `xh.model.saved` (no pickle anywhere; `load` reads JSON and
+safetensors only):
 
     qtype.json          format, backbone name/path, a fingerprint of its weights, pooling, training figures
-    head.safetensors    feature mean and scale, weight [2, F], bias [2]
-    backbone/           the tokenizer and backbone weights (`save(..., include_backbone=True)`, the default)
+    model.safetensors   head.mean and head.scale of the features, head.weight [2, F], head.bias [2];
+                        backbone.* (`save(..., include_backbone=True)`, the default)
+    config.json, tokenizer files    the backbone's, when it is included
 
 The backbone is copied by default so that the folder is self-contained: a cluster node or an MLflow
 artifact has no hub and not the trainer's paths (all-MiniLM-L6-v2 adds 90 MB). With
@@ -49,15 +51,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from xh.graph.encoded import QUESTION_TYPES
-from xh.model.xh import load_tokenizer
+from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 from xh.questions import _quarantine, load_json
 
 CONFIG_FILE = "qtype.json"
-HEAD_FILE = "head.safetensors"
-BACKBONE_DIR = "backbone"
 FORMAT = "xh-question-type"
 FORMAT_VERSION = 1
 L2_GRID = (1e-3, 3e-3, 1e-2, 3e-2)  # penalties tried on the validation slice, weakest first
@@ -86,13 +85,8 @@ class QuestionTypeConfig:
 
 def load_backbone(name_or_path: str | Path):
     """(tokenizer, frozen model in eval mode), loaded as XHModel.from_backbone loads them."""
-    from transformers import AutoModel
-
     tokenizer = load_tokenizer(name_or_path)
-    try:
-        model = AutoModel.from_pretrained(str(name_or_path), dtype=torch.float32)
-    except OSError as e:
-        raise ValueError(f"backbone {str(name_or_path)!r} could not be loaded: {str(e).splitlines()[0]}") from None
+    model = pretrained_backbone(name_or_path)
     model.eval().requires_grad_(False)
     return tokenizer, model
 
@@ -240,40 +234,43 @@ class QuestionTypeClassifier:
         return [QUESTION_TYPES[i] for i in self.predict_proba(questions).argmax(1)]
 
     def save(self, directory: str | Path, *, include_backbone: bool = True) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        head = {name: tensor.contiguous() for name, tensor in self.head.items()}
-        save_file(head, str(directory / HEAD_FILE), metadata={"format": FORMAT})
+        weights = {f"head.{name}": tensor for name, tensor in self.head.items()}
         if include_backbone:
-            self.backbone.save_pretrained(directory / BACKBONE_DIR)
-            self.tokenizer.save_pretrained(directory / BACKBONE_DIR)
+            weights |= {f"backbone.{name}": tensor for name, tensor in self.backbone.state_dict().items()}
         meta = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
             "backbone_saved": include_backbone,
             "config": asdict(self.config),
         }
-        (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return directory
+        save_encoder_model(
+            directory,
+            CONFIG_FILE,
+            meta,
+            weights,
+            backbone=self.backbone if include_backbone else None,
+            tokenizer=self.tokenizer if include_backbone else None,
+        )
+        return Path(directory)
 
     @classmethod
     def load(cls, directory: str | Path) -> QuestionTypeClassifier:
         """What `save` wrote; the backbone from the folder, else from its recorded name, fingerprint checked."""
-        directory = Path(directory)
-        meta_path = directory / CONFIG_FILE
-        if not meta_path.is_file():
-            raise ValueError(f"{directory} is not a saved question-type classifier (no {CONFIG_FILE})")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unsupported format {meta.get('format')!r} version {meta.get('version')!r}")
+        saved = load_encoder_model(directory, CONFIG_FILE, FORMAT, FORMAT_VERSION, what="question-type classifier")
+        meta = saved.config
         config = QuestionTypeConfig(**{**meta["config"], "labels": tuple(meta["config"]["labels"])})
         if config.labels != QUESTION_TYPES:
-            raise ValueError(f"{meta_path}: labels {list(config.labels)} differ from {list(QUESTION_TYPES)}")
-        source = directory / BACKBONE_DIR if meta.get("backbone_saved") else config.backbone
-        tokenizer, model = load_backbone(source)
+            raise ValueError(f"{directory}: labels {list(config.labels)} differ from {list(QUESTION_TYPES)}")
+        if meta.get("backbone_saved"):
+            source, tokenizer, model = str(directory), saved.tokenizer, saved.new_backbone()
+            model.load_state_dict(saved.tensors("backbone."), strict=True)
+        else:
+            source = config.backbone
+            tokenizer, model = load_backbone(source)
+        model.eval().requires_grad_(False)
         if weights_fingerprint(model) != config.backbone_sha256:
-            raise ValueError(f"backbone {str(source)!r} is not the one the classifier in {directory} was trained on")
-        return cls(config, tokenizer, model, load_file(str(directory / HEAD_FILE)))
+            raise ValueError(f"backbone {source!r} is not the one the classifier in {directory} was trained on")
+        return cls(config, tokenizer, model, saved.tensors("head."))
 
 
 # --- evaluation --------------------------------------------------------------------------------------

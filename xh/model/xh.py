@@ -5,8 +5,11 @@
     out = model(collate(graphs))                # XHOutput: logits, and loss when the batch has labels
     out.loss.backward()
 
-    model.save_pretrained("out/xh")             # model.safetensors, xh_config.json, config.json, tokenizer files
+    model.save_pretrained("out/xh")             # xh_config.json, model.safetensors, config.json, tokenizer files
     model = XHModel.from_pretrained("out/xh")   # no pickle, no torch.load, no access to the original checkpoint
+
+The folder is the saved-model format of `xh.model.saved`, which the re-ranker and the question-type
+classifier share.
 
 The hop steps (`xh.model.hop`) run as forward hooks after the encoder's last K layers, so the
 backbone keeps its own module layout and weight names (`backbone.*`; hop parameters are `hop_steps.*`,
@@ -22,20 +25,18 @@ parameter gets a gradient in every step (DDP needs that even when a batch lacks 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
 from xh.model.heads import FeverHeads, HotpotHeads
 from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers
+from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 
-WEIGHTS_FILE = "model.safetensors"
 XH_CONFIG_FILE = "xh_config.json"
 FORMAT = "transformer-xh"
 FORMAT_VERSION = 1
@@ -61,19 +62,6 @@ class XHOutput:
     # and per hop layer the weights [E, heads] (detached; empty when hop_layers = 0).
     hop_edges: torch.Tensor | None = None
     hop_attention: list[torch.Tensor] = field(default_factory=list)
-
-
-def load_tokenizer(name_or_path: str | Path):
-    """The backbone's fast tokenizer (decoding needs its offset mapping); a one-line error otherwise."""
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"no tokenizer could be loaded from {name_or_path}: {str(e).splitlines()[0]}") from None
-    if not tokenizer.is_fast:
-        raise ValueError(f"the tokenizer of {name_or_path} is not a fast tokenizer (offset mappings are needed)")
-    return tokenizer
 
 
 class XHModel(nn.Module):
@@ -115,49 +103,24 @@ class XHModel(nn.Module):
     @classmethod
     def from_backbone(cls, cfg: ModelConfig) -> XHModel:
         """Pretrained backbone and tokenizer from `cfg.backbone` (name or folder); hop and head parameters random."""
-        from transformers import AutoModel
-
-        try:
-            backbone = AutoModel.from_pretrained(
-                cfg.backbone, attn_implementation=cfg.attn_implementation, dtype=torch.float32
-            )
-        except OSError as e:
-            raise ValueError(f"backbone {cfg.backbone!r} could not be loaded: {str(e).splitlines()[0]}") from None
+        backbone = pretrained_backbone(cfg.backbone, attn_implementation=cfg.attn_implementation)
         return cls(cfg, backbone, load_tokenizer(cfg.backbone))
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write weights (safetensors), xh_config.json, the backbone's config.json and the tokenizer."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        # Copies on the CPU: safetensors refuses tensors sharing storage, and the weights may sit on a GPU.
-        state = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_FILE), metadata={"format": FORMAT})
-        self.backbone.config.save_pretrained(directory)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(directory)
         meta = {"format": FORMAT, "version": FORMAT_VERSION, "model": self.cfg.model_dump(mode="json")}
-        (directory / XH_CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        return directory
+        save_encoder_model(
+            directory, XH_CONFIG_FILE, meta, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer
+        )
+        return Path(directory)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> XHModel:
         """Load what `save_pretrained` wrote, in eval mode; only JSON and safetensors are read."""
-        from transformers import AutoConfig, AutoModel
-
-        directory = Path(directory)
-        meta_path = directory / XH_CONFIG_FILE
-        if not meta_path.is_file():
-            raise ValueError(f"{directory} is not a saved XH model (no {XH_CONFIG_FILE})")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unsupported format {meta.get('format')!r} version {meta.get('version')!r}")
-        cfg = ModelConfig.model_validate(meta["model"])
-        backbone = AutoModel.from_config(
-            AutoConfig.from_pretrained(directory), attn_implementation=cfg.attn_implementation
-        )
-        tokenizer = load_tokenizer(directory) if (directory / "tokenizer_config.json").is_file() else None
-        model = cls(cfg, backbone, tokenizer)
-        model.load_state_dict(load_file(str(directory / WEIGHTS_FILE)), strict=True)
+        saved = load_encoder_model(directory, XH_CONFIG_FILE, FORMAT, FORMAT_VERSION, what="XH model")
+        cfg = ModelConfig.model_validate(saved.config["model"])
+        model = cls(cfg, saved.new_backbone(attn_implementation=cfg.attn_implementation), saved.tokenizer)
+        model.load_state_dict(saved.weights, strict=True)
         return model.to(device).eval()
 
     # --- forward ------------------------------------------------------------------------------------

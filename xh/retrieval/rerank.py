@@ -2,8 +2,8 @@
 
 The paper re-ranks BM25's top 100 with a BERT cross-encoder and keeps the top 2 (D_ir), keeps the
 top entity per linked surface (D_el) and the top 15 hyperlink neighbours (D_exp). This module holds
-the model, its training examples and its files; `workflows/train_reranker.py` trains it on Ray
-Train and `xh.retrieval.candidates.Retriever` uses it.
+the model, its training examples and its files; `xh.train.rerank` trains it on Ray Train (the
+driver is `workflows/train_reranker.py`) and `xh.retrieval.candidates.Retriever` uses it.
 
     encoder = CrossEncoder.from_backbone("bert-base-uncased", max_length=256)   # or a local folder
     encoder.score("Where was the director of Arden Works born?", ["Arden Works. ...", "..."])  # logits
@@ -11,6 +11,7 @@ Train and `xh.retrieval.candidates.Retriever` uses it.
     encoder = CrossEncoder.load("s3://bucket/xh/models/reranker")
 
     examples = examples_from_hotpot(records, negatives_per_positive=3, seed=13)  # distractor format
+    examples = training_examples(cfg.rerank, tables_uri)   # from rerank.questions or rerank.retrieval
 
 A paragraph is `passage_text(title, text)`: the title, then the paragraph, as the BM25 index reads
 it (a paragraph often names its subject only in the title). Pairs are encoded with truncation
@@ -22,34 +23,34 @@ fact. Loss: binary cross-entropy on each pair's logit (pointwise), which admits 
 positives per question (bridge questions have two, and the distractor setting a fixed pool of
 negatives); ranking is by the logit.
 
-Files of a saved re-ranker (no pickle, reloadable offline):
+A saved re-ranker is the saved-model folder of `xh.model.saved` (no pickle, reloadable offline):
 
     reranker.json       format, version, max_length, the backbone it started from, hidden size
-    head.safetensors    the linear head (weight [1, hidden], bias [1])
-    backbone/           the fine-tuned backbone: config.json, model.safetensors, tokenizer files
+    model.safetensors   the fine-tuned backbone (backbone.*) and the linear head (head.weight [1, hidden], head.bias [1])
+    config.json, tokenizer files    the backbone's
 """
 
 from __future__ import annotations
 
-import json
 import random
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
 import torch
 from torch import nn
 
-from xh.storage import S3Settings, is_s3, join, list_paths, open_output, resolve
+from xh.config import ConfigError, RerankConfig
+from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
+from xh.questions import load_json
+from xh.storage import S3Settings, resolve
 from xh.wiki.titles import normalize_title
 
 FORMAT = "xh-cross-encoder"
 VERSION = 1
 CONFIG_FILE = "reranker.json"
-HEAD_FILE = "head.safetensors"
-BACKBONE_DIR = "backbone"
 
 
 def passage_text(title: str, text: str) -> str:
@@ -128,6 +129,37 @@ def _pairs(qid, question, positives, negatives, per_positive, rng, shuffle=True)
     ]
 
 
+def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = None) -> list[Example]:
+    """The training pairs of `rerank.questions` (distractor format) or `rerank.retrieval` (retrieval outputs;
+    their documents from the docs table under `tables_uri`)."""
+    if r.questions:
+        records = load_json(r.questions, s3)
+        if not isinstance(records, list):
+            raise ConfigError(f"{r.questions} is not a HotpotQA question file (a JSON array of questions)")
+        records = [rec for rec in records[: r.max_questions] if isinstance(rec, dict) and rec.get("question")]
+        examples, source = examples_from_hotpot(records, r.negatives_per_positive, r.seed), r.questions
+    elif r.retrieval:
+        fs, out = resolve(r.retrieval, s3)
+        questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
+        questions = questions[: r.max_questions]
+        qids = pa.array([q["qid"] for q in questions], pa.string())
+        candidates = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table(
+            filter=pads.field("qid").isin(qids)).to_pylist()  # fmt: skip
+        gold = pa.array(sorted({f["title"] for q in questions for f in q.get("supporting_facts") or []}), pa.string())
+        wanted = pa.array(sorted({c["doc_id"] for c in candidates if c["source"] == "ir"}), pa.string())
+        tables_fs, tables = resolve(tables_uri, s3)
+        docs = pads.dataset(f"{tables}/docs", filesystem=tables_fs, format="parquet").to_table(
+            columns=["doc_id", "title", "text"], filter=pads.field("doc_id").isin(wanted) | pads.field("title").isin(gold))
+        by_id = {d: (t, x) for d, t, x in zip(*(docs[c].to_pylist() for c in ("doc_id", "title", "text")))}
+        examples = examples_from_candidates(questions, candidates, by_id, r.negatives_per_positive, r.seed)
+        source = r.retrieval
+    else:
+        raise ConfigError("no training data: set rerank.questions (a HotpotQA file) or rerank.retrieval")
+    if not examples:
+        raise ConfigError(f"{source} gives no training pairs: no question has a supporting paragraph to learn from")
+    return examples
+
+
 class CrossEncoder(nn.Module):
     """A BERT-family backbone and a linear head on the [CLS] (position 0) hidden state."""
 
@@ -145,56 +177,26 @@ class CrossEncoder(nn.Module):
     @classmethod
     def from_backbone(cls, name_or_path: str, max_length: int = 256, seed: int | None = None):
         """A new re-ranker on a pretrained backbone (a hub name or a local folder); the head is random."""
-        from transformers import AutoModel, AutoTokenizer
-
         if seed is not None:
             torch.manual_seed(seed)
-        backbone = AutoModel.from_pretrained(name_or_path)
-        return cls(backbone, AutoTokenizer.from_pretrained(name_or_path), max_length, source=str(name_or_path))
+        backbone = pretrained_backbone(name_or_path)
+        return cls(backbone, load_tokenizer(name_or_path), max_length, source=str(name_or_path))
 
     def save(self, uri: str, s3: S3Settings | None = None) -> None:
         """Write the re-ranker's files under `uri` (a local folder or s3://...)."""
-        with tempfile.TemporaryDirectory() as tmp:
-            self.save_local(tmp)
-            upload_folder(tmp, uri, s3)
-
-    def save_local(self, directory: str | Path) -> None:
-        from safetensors.torch import save_file
-
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.backbone.save_pretrained(directory / BACKBONE_DIR)
-        self.tokenizer.save_pretrained(directory / BACKBONE_DIR)
-        head = {k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
-        save_file(head, directory / HEAD_FILE)
         config = {"format": FORMAT, "version": VERSION, "max_length": self.max_length,
                   "hidden_size": self.backbone.config.hidden_size, "started_from": self.source}  # fmt: skip
-        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=1))
+        save_encoder_model(
+            uri, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer, s3=s3
+        )
 
     @classmethod
     def load(cls, uri: str, s3: S3Settings | None = None):
         """A saved re-ranker from a local folder or s3:// (downloaded to a temporary folder first)."""
-        if not is_s3(uri):
-            return cls.load_local(uri)
-        with tempfile.TemporaryDirectory() as tmp:
-            download_folder(uri, tmp, s3)
-            return cls.load_local(tmp)
-
-    @classmethod
-    def load_local(cls, directory: str | Path):
-        from safetensors.torch import load_file
-        from transformers import AutoModel, AutoTokenizer
-
-        directory = Path(directory)
-        if not (directory / CONFIG_FILE).is_file():
-            raise FileNotFoundError(f"no re-ranker at {directory} (missing {CONFIG_FILE})")
-        config = json.loads((directory / CONFIG_FILE).read_text())
-        if config.get("format") != FORMAT or config.get("version") != VERSION:
-            raise ValueError(f"{directory / CONFIG_FILE} is not a {FORMAT} v{VERSION} re-ranker")
-        backbone = AutoModel.from_pretrained(directory / BACKBONE_DIR)
-        tokenizer = AutoTokenizer.from_pretrained(directory / BACKBONE_DIR)
-        model = cls(backbone, tokenizer, int(config["max_length"]), source=config.get("started_from", ""))
-        model.head.load_state_dict(load_file(directory / HEAD_FILE))
+        saved = load_encoder_model(uri, CONFIG_FILE, FORMAT, VERSION, what="re-ranker", s3=s3)
+        config = saved.config
+        model = cls(saved.new_backbone(), saved.tokenizer, int(config["max_length"]), config.get("started_from", ""))
+        model.load_state_dict(saved.weights, strict=True)
         return model.eval()
 
     # --- encoding and scoring --------------------------------------------------------------
@@ -256,36 +258,3 @@ def epoch_batches(examples: Sequence[Example], batch_size: int, seed: int, epoch
     order = list(range(len(examples)))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return [[examples[i] for i in order[k : k + batch_size]] for k in range(0, len(order) - batch_size + 1, batch_size)]
-
-
-# --- files under a URI ---------------------------------------------------------------------------
-
-
-def upload_folder(local: str | Path, uri: str, s3: S3Settings | None = None) -> list[str]:
-    """Copy every file under a local folder to `uri` (local or s3://), keeping relative paths."""
-    local = Path(local)
-    written = []
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        relative = path.relative_to(local).as_posix()
-        with open_output(join(uri, *relative.split("/")), s3) as out, open(path, "rb") as src:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-        written.append(relative)
-    return written
-
-
-def download_folder(uri: str, local: str | Path, s3: S3Settings | None = None) -> list[str]:
-    """Copy every file under `uri` (local or s3://) into a local folder, keeping relative paths."""
-    fs, base = resolve(uri, s3)
-    try:
-        files = list_paths(fs, base)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no re-ranker at {uri}") from None
-    relatives = [path[len(base) :].lstrip("/") for path in files]
-    for path, relative in zip(files, relatives):
-        target = Path(local, *relative.split("/"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with fs.open_input_stream(path, compression=None) as src, open(target, "wb") as out:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-    return relatives

@@ -1,78 +1,45 @@
-"""The Ray Train worker loop: DDP over the `graphs` table, checkpoints, rank-0 MLflow logging.
+"""The Ray Train worker loop of Transformer-XH: DDP over the `graphs` table, checkpoints, rank-0 MLflow logging.
 
 `train_loop_per_worker(config)` is what `workflows.train` hands to `TorchTrainer`; `config` holds the
 whole `XHConfig` (as a dict) and the step plan the driver computed:
 
-    plan = plan_steps(num_train_graphs, cfg.train)    # steps per epoch, total optimizer steps
+    plan = plan_steps(num_train_graphs, workers=train.workers, batch_size=train.batch_graphs, ...)  # xh.train.worker
 
 Every worker runs the same number of optimizer steps per epoch (the training split is equal-sized and
-each worker stops after `plan.batches_per_epoch` batches), so DDP's all-reduces always pair up.
+each worker stops after `plan.batches_per_epoch` batches), so DDP's all-reduces always pair up. The
+parts the re-ranker's loop shares (plan, seeding, optimizer and schedule, reports) are `xh.train.worker`.
 
 Resumption: a checkpoint holds the weights, optimizer, scheduler and the data position (epoch, batches
 consumed). After a worker failure Ray Train restarts the group and `ray.train.get_checkpoint()` returns
 the last one; re-running with the same run name does the same. MLflow step metrics are buffered and
-written only when a checkpoint is reported, so steps repeated after a failure are never logged twice.
+written only when a checkpoint is reported (`xh.tracking.TrainingRun`), so steps repeated after a failure
+are never logged twice.
 """
 
 from __future__ import annotations
 
 import os
-import random
-import tempfile
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from xh.config import TrainConfig, XHConfig
 from xh.eval.hotpot import evaluate_hotpot
 from xh.graph.encode import encode_graph
 from xh.inference import autocast, hotpot_gold, hotpot_prediction_file, predict_graphs
 from xh.model import XHModel, collate, load_tokenizer
+from xh.tracking import TrainingRun
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
+from xh.train.worker import StepPlan, adamw_with_warmup, optimizer_step, report, start_worker
 
 FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    workers: int
-    batches_per_epoch: int  # per worker
-    steps_per_epoch: int  # optimizer steps
-    total_steps: int
-
-
-def plan_steps(num_train_graphs: int, train: TrainConfig) -> StepPlan:
-    graphs_per_worker = num_train_graphs // train.workers
-    steps_per_epoch = graphs_per_worker // (train.batch_graphs * train.grad_accum)
-    if steps_per_epoch == 0:
-        raise ValueError(
-            f"{num_train_graphs} training graphs are too few for {train.workers} workers x "
-            f"{train.batch_graphs} graphs x {train.grad_accum} accumulation steps"
-        )
-    total = steps_per_epoch * train.epochs
-    if train.max_steps is not None:
-        total = min(total, train.max_steps)
-    return StepPlan(train.workers, steps_per_epoch * train.grad_accum, steps_per_epoch, total)
 
 
 def in_dev_split(qid: str, dev_fraction: float) -> bool:
     """A stable split by qid (the same on every machine and every run)."""
     return (zlib.crc32(qid.encode("utf-8")) % 10_000) < dev_fraction * 10_000
-
-
-def lr_lambda(plan: StepPlan, warmup_fraction: float):
-    warmup = max(1, int(plan.total_steps * warmup_fraction))
-
-    def factor(step: int) -> float:  # linear warmup, then linear decay to 0 at the last step
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (plan.total_steps - step) / max(1, plan.total_steps - warmup))
-
-    return factor
 
 
 def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
@@ -94,12 +61,6 @@ def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
     ]
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
 def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, attention: list | None = None) -> dict:
     """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`."""
     predictions = predict_graphs(
@@ -112,50 +73,6 @@ def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, att
         return {"dev_label_accuracy": accuracy, "dev_graphs": len(rows)}
     metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
     return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows)}
-
-
-class _MlflowLog:
-    """Rank 0's MLflow run: step metrics are buffered and flushed with each checkpoint."""
-
-    def __init__(self, cfg: XHConfig, run_id: str | None):
-        import mlflow
-
-        from xh.config import flatten
-        from xh.tracking import configure, environment_tags
-
-        self.mlflow = mlflow
-        experiment_id = configure(cfg.mlflow)
-        if run_id is None:
-            run = mlflow.start_run(experiment_id=experiment_id, run_name=cfg.train.run_name)
-            mlflow.set_tags({"stage": "train", **environment_tags(), **_device_tags()})
-            mlflow.log_params(flatten(cfg, "train"))
-        else:
-            run = mlflow.start_run(run_id=run_id)
-        self.run_id = run.info.run_id
-        self.pending: list = []
-
-    def step(self, step: int, metrics: dict[str, float]) -> None:
-        from mlflow.entities import Metric
-
-        now = int(time.time() * 1000)
-        self.pending.extend(Metric(k, float(v), now, step) for k, v in metrics.items())
-
-    def flush(self) -> None:
-        client = self.mlflow.MlflowClient()
-        for start in range(0, len(self.pending), 900):  # MLflow takes at most 1000 metrics per batch
-            client.log_batch(self.run_id, metrics=self.pending[start : start + 900])
-        self.pending.clear()
-
-    def end(self) -> None:
-        self.flush()
-        self.mlflow.end_run()
-
-
-def _device_tags() -> dict[str, str]:
-    tags = {"torch": torch.__version__, "device": "cuda" if torch.cuda.is_available() else "cpu"}
-    if torch.cuda.is_available():
-        tags["gpu"] = torch.cuda.get_device_name(0)
-    return tags
 
 
 def _worker_nodes(world_size: int) -> list[str]:
@@ -185,18 +102,16 @@ def _inject_failure_once(cfg: XHConfig, step: int, storage_dir: str) -> None:
 
 
 def train_loop_per_worker(config: dict) -> None:
+    import mlflow
     import ray.train
     import ray.train.torch
-    from ray.train import Checkpoint
 
     cfg = XHConfig.model_validate(config["cfg"])
     plan = StepPlan(**config["plan"])
     train = cfg.train
     context = ray.train.get_context()
     rank = context.get_world_rank()
-    if train.threads_per_worker:
-        torch.set_num_threads(train.threads_per_worker)
-    seed_everything(train.seed)
+    start_worker(train.seed, train.threads_per_worker)
     device = ray.train.torch.get_device()
 
     checkpoint = ray.train.get_checkpoint()
@@ -207,8 +122,7 @@ def train_loop_per_worker(config: dict) -> None:
     else:
         model = XHModel.from_backbone(cfg.model)
         tokenizer = load_tokenizer(cfg.model.backbone)
-    optimizer = torch.optim.AdamW(parameter_groups(model, train))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(plan, train.warmup_fraction))
+    optimizer, scheduler = adamw_with_warmup(parameter_groups(model, train), plan.total_steps, train.warmup_fraction)
     progress = Progress()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
@@ -217,10 +131,11 @@ def train_loop_per_worker(config: dict) -> None:
     ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
 
     nodes = _worker_nodes(context.get_world_size())
-    tracking = _MlflowLog(cfg, progress.mlflow_run_id) if rank == 0 else None
-    if tracking is not None:
+    tracking = None
+    if rank == 0:
+        tracking = TrainingRun(cfg, "train", run_name=train.run_name, run_id=progress.mlflow_run_id)
         progress.mlflow_run_id = tracking.run_id
-        tracking.mlflow.set_tag("worker_nodes", str(len(set(nodes))))
+        mlflow.set_tag("worker_nodes", str(len(set(nodes))))
     train_shard = ray.train.get_dataset_shard("train")
     dev_rows = (
         [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
@@ -231,7 +146,7 @@ def train_loop_per_worker(config: dict) -> None:
     def checkpoint_and_report(final: bool) -> None:
         metrics: dict = {"step": progress.step, "epoch": progress.epoch}
         if rank != 0:
-            ray.train.report(metrics, checkpoint=None)
+            report(metrics)
             return
         recorder, batches = None, []
         if final and train.attention_figures and model.hop_steps:
@@ -243,17 +158,15 @@ def train_loop_per_worker(config: dict) -> None:
             metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg)
         model.train()
         progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
-        tracking.step(progress.step, progress.metrics)
-        with tempfile.TemporaryDirectory() as folder:
-            save_training_state(folder, model, optimizer, scheduler, progress)
-            ray.train.report(metrics, checkpoint=Checkpoint.from_directory(folder))
+        tracking.log(progress.step, progress.metrics)
+        report(metrics, save=lambda folder: save_training_state(folder, model, optimizer, scheduler, progress))
         tracking.flush()  # after the report: steps since the previous checkpoint are now final
         if final:
             from xh.train.figures import log_attention_figures, log_training_curves
 
-            log_training_curves(tracking.mlflow, tracking.run_id)
+            log_training_curves(mlflow, tracking.run_id)
             if recorder is not None:
-                log_attention_figures(recorder, batches, tracking.mlflow)
+                log_attention_figures(recorder, batches, mlflow)
 
     model.train()
     window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
@@ -278,15 +191,12 @@ def train_loop_per_worker(config: dict) -> None:
             window_tokens += batch.num_real_tokens
             if progress.batches_in_epoch % train.grad_accum:
                 continue
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = optimizer_step(model, optimizer, scheduler, train.max_grad_norm)
             progress.step += 1
             if tracking is not None:
                 seconds = time.perf_counter() - window_start
-                tracking.step(progress.step, {
-                    "loss": output.loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": float(grad_norm),
+                tracking.log(progress.step, {
+                    "loss": output.loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
                     # this worker's throughput times the workers: every worker runs the same batches
                     "graphs_per_s": window_graphs * plan.workers / seconds,
                     "tokens_per_s": window_tokens * plan.workers / seconds,
