@@ -19,9 +19,8 @@ from pathlib import Path
 from workflows.common import init_ray, log, main, s3_settings
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
-from xh.model.saved import upload_folder
 from xh.retrieval.rerank import training_examples
-from xh.storage import is_s3, join, resolve
+from xh.storage import upload_folder, is_s3, join, resolve
 from xh.tracking import absolute_tracking
 from xh.train.rerank import RUN_NAME, train_loop_per_worker
 from xh.train.worker import plan_steps

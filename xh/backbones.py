@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from xh.config import ConfigError
-from xh.storage import S3Settings, is_s3
+from xh.storage import S3Settings, download_folder, is_s3
 
 MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -37,7 +37,7 @@ def resolve_backbone(name: str | None, s3: S3Settings | None = None) -> str:
     to this node's cache (`$XH_CACHE_DIR`, default ~/.cache/xh) the first time; anything else is as given.
     """
     if name and is_s3(name):
-        return download_folder(name, s3)
+        return cached_download(name, s3)
     if name and name != MINILM_HUB_NAME:
         return name
     local = offline_minilm()
@@ -52,24 +52,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XH_CACHE_DIR") or Path.home() / ".cache" / "xh")
 
 
-def download_folder(uri: str, s3: S3Settings | None = None) -> str:
+def cached_download(uri: str, s3: S3Settings | None = None) -> str:
     """Copy the files under an s3:// folder into the node's cache once; return the local folder.
 
     A `.complete` marker is written last, so a download interrupted midway is redone, never used.
     """
-    import pyarrow.fs as pafs
-
-    from xh.storage import resolve
-
     target = cache_dir() / "backbones" / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
     if (target / ".complete").exists():
         return str(target)
-    fs, path = resolve(uri, s3 or S3Settings.from_env())
-    if fs.get_file_info(path).type != pafs.FileType.Directory:
-        raise FileNotFoundError(f"backbone folder {uri} does not exist")
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
-    staging.mkdir(parents=True, exist_ok=True)
-    pafs.copy_files(path, str(staging), source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+    if not download_folder(uri, staging, s3 or S3Settings.from_env()):
+        raise FileNotFoundError(f"backbone folder {uri} does not exist")
     (staging / ".complete").write_text(uri)
     try:
         staging.rename(target)

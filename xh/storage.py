@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 from contextlib import contextmanager
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import IO, Iterator, Mapping
 from urllib.parse import urlparse
@@ -189,3 +190,33 @@ def list_files(uri: str, s3: S3Settings | None = None, suffix: str = "") -> list
         raise FileNotFoundError(f"no such file or folder: {uri}") from None
     prefix = "s3://" if is_s3(uri) else ""
     return [prefix + p for p in found if p.endswith(suffix)]
+
+
+def upload_folder(local: str | Path, uri: str, s3: S3Settings | None = None) -> list[str]:
+    """Copy every file under a local folder to `uri` (local or s3://), keeping relative paths."""
+    local = Path(local)
+    written = []
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        relative = path.relative_to(local).as_posix()
+        with open_output(join(uri, *relative.split("/")), s3) as out, open(path, "rb") as src:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+        written.append(relative)
+    return written
+
+
+def download_folder(uri: str, local: str | Path, s3: S3Settings | None = None) -> list[str]:
+    """Copy every file under `uri` (local or s3://) into a local folder, keeping relative paths; none if nothing is there."""
+    fs, base = resolve(uri, s3)
+    try:
+        files = list_paths(fs, base)
+    except FileNotFoundError:
+        return []
+    relatives = [path[len(base) :].lstrip("/") for path in files]
+    for path, relative in zip(files, relatives):
+        target = Path(local, *relative.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(path, compression=None) as src, open(target, "wb") as out:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+    return relatives

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from xh.storage import S3Settings, is_s3, join, list_paths, open_output, resolve
+from xh.storage import S3Settings, download_folder, is_s3, upload_folder
 
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
@@ -51,11 +51,17 @@ class NotASavedModel(FileNotFoundError, ValueError):
 
 
 def pretrained_backbone(name_or_path: str | Path, **kwargs) -> torch.nn.Module:
-    """`AutoModel.from_pretrained` in float32 (whatever the checkpoint's dtype); a one-line error otherwise."""
+    """`AutoModel.from_pretrained` in float32 (whatever the checkpoint's dtype); a one-line error otherwise.
+
+    The name goes through `xh.backbones.resolve_backbone` first: None or the MiniLM hub name become the offline
+    copy, an s3:// folder this node's cached copy.
+    """
     from transformers import AutoModel
 
+    from xh.backbones import resolve_backbone
+
     try:
-        return AutoModel.from_pretrained(str(name_or_path), dtype=torch.float32, **kwargs)
+        return AutoModel.from_pretrained(resolve_backbone(str(name_or_path)), dtype=torch.float32, **kwargs)
     except OSError as e:
         raise ValueError(f"backbone {str(name_or_path)!r} could not be loaded: {str(e).splitlines()[0]}") from None
 
@@ -64,8 +70,10 @@ def load_tokenizer(name_or_path: str | Path):
     """The backbone's fast tokenizer (decoding needs its offset mapping); a one-line error otherwise."""
     from transformers import AutoTokenizer
 
+    from xh.backbones import resolve_backbone
+
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+        tokenizer = AutoTokenizer.from_pretrained(resolve_backbone(str(name_or_path)))
     except (OSError, ValueError) as e:
         raise ValueError(f"no tokenizer could be loaded from {name_or_path}: {str(e).splitlines()[0]}") from None
     if not tokenizer.is_fast:
@@ -163,36 +171,3 @@ def _read_legacy_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path
     if (backbone_dir / WEIGHTS_FILE).is_file():
         weights |= {f"backbone.{k}": t for k, t in load_file(str(backbone_dir / WEIGHTS_FILE)).items()}
     return weights, backbone_dir
-
-
-# --- folders under a URI ---------------------------------------------------------------------------
-
-
-def upload_folder(local: str | Path, uri: str, s3: S3Settings | None = None) -> list[str]:
-    """Copy every file under a local folder to `uri` (local or s3://), keeping relative paths."""
-    local = Path(local)
-    written = []
-    for path in sorted(p for p in local.rglob("*") if p.is_file()):
-        relative = path.relative_to(local).as_posix()
-        with open_output(join(uri, *relative.split("/")), s3) as out, open(path, "rb") as src:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-        written.append(relative)
-    return written
-
-
-def download_folder(uri: str, local: str | Path, s3: S3Settings | None = None) -> list[str]:
-    """Copy every file under `uri` (local or s3://) into a local folder, keeping relative paths; none if nothing is there."""
-    fs, base = resolve(uri, s3)
-    try:
-        files = list_paths(fs, base)
-    except FileNotFoundError:
-        return []
-    relatives = [path[len(base) :].lstrip("/") for path in files]
-    for path, relative in zip(files, relatives):
-        target = Path(local, *relative.split("/"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with fs.open_input_stream(path, compression=None) as src, open(target, "wb") as out:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-    return relatives
