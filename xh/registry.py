@@ -72,10 +72,17 @@ def graph_input(rows: Sequence[dict]) -> pd.DataFrame:
 
 
 def pip_requirements() -> list[str]:
+    """The packages a served model needs, pinned to the installed *public* versions.
+
+    A local version label (`2.13.0+cpu`, `2.11.0+cu130`) names a build only one index has: `mlflow models
+    serve` or a rebuilt virtualenv could not resolve it, so the pin keeps the public part.
+    """
     from importlib.metadata import version
 
+    from packaging.version import Version
+
     names = ["torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyarrow", "mlflow"]
-    return [f"{n}=={version(n)}" for n in names]
+    return [f"{n}=={Version(version(n)).public}" for n in names]
 
 
 def _first_rows(graphs_uri: str, n: int) -> list[dict]:
