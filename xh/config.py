@@ -72,6 +72,9 @@ class WikiConfig(Section):
 
 
 class RetrieveConfig(Section):
+    step: Literal["all", "index", "run", "eval"] = Field(
+        "all", description="index: the BM25 index; run: candidates (needs the index); eval: recall; all: the three"
+    )
     questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
     tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
     index: str | None = Field(None, description="BM25 index; default <storage.root>/index/bm25")
@@ -169,6 +172,17 @@ class ScoreConfig(Section):
     )
 
 
+class PromoteConfig(Section):
+    """`xh promote`: challenger against champion on one evaluation set, or a rollback."""
+
+    action: Literal["promote", "rollback"] = "promote"
+    model: str = Field("xh-hotpot", description="registered model name")
+    eval_set: str | None = Field(None, description="graphs folder with gold labels; default <storage.root>/graphs/<task>")
+    metric: str = Field("f1", description="official metric (x100) to compare: f1, em, joint_f1, label_accuracy, ...")
+    min_delta: float = Field(0.5, ge=0.0, description="points the challenger must win by")
+    floor: float = Field(1.0, gt=0.0, description="score (x100) the first model must reach")
+
+
 class TrainConfig(Section):
     graphs: str | None = Field(None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>")
     dev_graphs: str | None = Field(None, description="dev graphs; None: hold out dev_fraction of `graphs` by qid hash")
@@ -251,6 +265,7 @@ class XHConfig(Section):
     graphs: GraphsConfig = GraphsConfig()
     train: TrainConfig = TrainConfig()
     score: ScoreConfig = ScoreConfig()
+    promote: PromoteConfig = PromoteConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
@@ -263,6 +278,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "graphs": COMMON + ("graphs",),
     "train": COMMON + ("model", "train"),
     "score": COMMON + ("retrieve", "graphs", "score"),
+    "promote": COMMON + ("promote",),
     "demo": COMMON + ("synth", "wiki", "retrieve"),
 }
 
