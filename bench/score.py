@@ -76,8 +76,6 @@ def register(base: list[str], work: Path, model_dir: Path) -> None:
 
 def single_process(base: list[str], questions: list[dict], model_dir: Path) -> float:
     """Seconds for retrieval -> graphs -> inference in one process, batch by batch."""
-    from workflows.build_graphs import settings_of as graph_settings
-    from workflows.retrieve import settings_of
     from xh.config import load_config
     from xh.graph.hotpot import HotpotGraphBuilder
     from xh.inference import load_model, predict_graphs
@@ -85,10 +83,9 @@ def single_process(base: list[str], questions: list[dict], model_dir: Path) -> f
 
     cfg = load_config(None, base)
     start = time.perf_counter()
-    retriever = Retriever.load(str(Path(cfg.storage.root) / "index" / "bm25"), cfg.retrieve.tables, settings_of(cfg))
+    retriever = Retriever.load(str(Path(cfg.storage.root) / "index" / "bm25"), cfg.retrieve.tables, cfg.retrieve)
     model, tokenizer = load_model(str(model_dir))
-    settings = graph_settings(cfg)
-    settings = type(settings)(**{**settings.__dict__, "require_answer": False})
+    settings = cfg.graphs.model_copy(update={"require_answer": False})
     for i in range(0, len(questions), 64):
         batch = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions[i : i + 64]]
         by_qid: dict[str, list] = {}

@@ -19,7 +19,6 @@ partition. The driver never holds the data: it only lists files and moves finish
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import time
@@ -28,7 +27,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflows.common import init_ray, log, main, s3_settings
-from workflows.retrieve import settings_of
 from xh import schemas
 from xh.config import ConfigError, XHConfig
 from xh.retrieval.index import corpus_snapshot
@@ -263,7 +261,6 @@ def run(cfg: XHConfig) -> dict:
     from ray.data import ActorPoolStrategy
     from ray.data.expressions import col
 
-    from workflows.build_graphs import settings_of as graph_settings_of
     from xh.tracking import absolute_tracking
     from xh.tracking import configure, stage_run
 
@@ -311,11 +308,11 @@ def run(cfg: XHConfig) -> dict:
                 expr=col("reason").is_null(), num_cpus=0.25
             ).materialize()  # read before the actor pool holds the CPUs (Ray's file listing wants a whole one)
             # new questions have no answer to require
-            settings = dataclasses.replace(graph_settings_of(cfg), require_answer=False)
+            settings = cfg.graphs.model_copy(update={"require_answer": False})
             graphs = good.map_batches(
                 _GraphActor, batch_size=sc.batch_size, batch_format="pyarrow",
                 compute=ActorPoolStrategy(size=sc.workers), num_cpus=sc.cpus_per_worker,
-                fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), settings,
+                fn_constructor_args=(paths["index"], paths["tables"], cfg.retrieve, settings,
                                      sc.question_classifier, s3),
             )  # fmt: skip
             _write_stage(graphs, graphs_uri, s3)
