@@ -36,10 +36,11 @@ import torch  # noqa: F401  (imported before ray.init: see ../shared/NOTES.md)
 def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, str, int]:
     """(train folder, dev folder, graphs) of the file's first `questions` records; dev = the first 4 graphs."""
     from xh.graph import store
-    from xh.graph.hotpot import GraphSettings, distractor_graphs, read_distractor_questions
+    from xh.config import GraphsConfig
+    from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 
     items, _ = read_distractor_questions(hotpot_file)
-    rows = [o.graph for o in distractor_graphs(items[:questions], GraphSettings()) if o.graph is not None]
+    rows = [o.graph for o in distractor_graphs(items[:questions], GraphsConfig()) if o.graph is not None]
     train, dev = str(folder / "train"), str(folder / "dev")
     store.write_shard(rows, train, 0)
     store.write_shard(rows[:4], dev, 0)

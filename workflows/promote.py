@@ -8,25 +8,16 @@ Every decision is printed as one JSON line and recorded as a tag on the challeng
 
 from __future__ import annotations
 
-import pyarrow.dataset as pads
-
 from workflows.common import s3_settings
 from xh.config import XHConfig
+from xh.graph.store import read_eval_set
 from xh.registry import promote, rollback
-from xh.storage import resolve
 from xh.tracking import configure
-
-
-def read_rows(uri: str, s3=None) -> list[dict]:
-    fs, path = resolve(uri, s3)
-    if fs.get_file_info(path).type.name == "NotFound":
-        raise FileNotFoundError(f"no evaluation set at {uri}")
-    return pads.dataset(path, filesystem=fs, format="parquet").to_table().to_pylist()
 
 
 def promote_from_config(cfg: XHConfig, model: str, eval_set: str, metric: str, min_delta: float, floor: float) -> dict:
     s3 = s3_settings(cfg)
-    rows = read_rows(eval_set, s3)
+    rows = read_eval_set(eval_set, s3)
     configure(cfg.mlflow, s3)
     task = rows[0]["task"] if rows else "hotpot"
     return promote(model, rows, metric=metric, min_delta=min_delta, floor=floor, task=task)

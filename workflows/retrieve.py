@@ -27,11 +27,13 @@ import pyarrow.parquet as pq
 
 from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
-from xh.config import XHConfig
+from xh.config import RetrieveConfig, XHConfig
 from xh.questions import read_hotpot_questions
-from xh.retrieval.candidates import INDEX_MANIFEST, Retriever, RetrievalSettings, shard_path
+from xh.retrieval.bm25 import CorpusStats
+from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
-from xh.storage import join, list_files, open_output, resolve
+from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, write_manifest
+from xh.storage import join, open_output, resolve
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -43,89 +45,33 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
     }
 
 
-def _doc_ranges(docs_uri: str, shards: int, s3) -> list[dict]:
-    """The docs table cut into `shards` contiguous doc ranges of about equal size.
-
-    A range is a list of pieces `[file, first row, stop row]`; corpus order is file order, then row order.
-    """
-    files = list_files(docs_uri, s3, suffix=".parquet")
-    fs, _ = resolve(docs_uri, s3)
-    rows = [pq.read_metadata(resolve(f, s3)[1], filesystem=fs).num_rows for f in files]
-    total = sum(rows)
-    bounds = [round(total * k / shards) for k in range(shards + 1)]
-    ranges = []
-    for k, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-        pieces, offset = [], 0
-        for f, n in zip(files, rows):
-            first, stop = max(lo, offset), min(hi, offset + n)
-            if first < stop:
-                pieces.append([f, first - offset, stop - offset])
-            offset += n
-        if pieces:
-            ranges.append({"shard": len(ranges), "pieces": pieces, "doc_start": lo, "num_docs": hi - lo})
-    return ranges
-
-
-def _analyzed(pieces: list, titles: bool, s3) -> tuple[list[str], list[list[str]]]:
-    from xh.retrieval.analyzer import Analyzer
-
-    fs, _ = resolve(pieces[0][0], s3)
-    table = pa.concat_tables(
-        pq.read_table(resolve(f, s3)[1], filesystem=fs, columns=["doc_id", "title", "text"]).slice(first, stop - first)
-        for f, first, stop in pieces
-    )
-    texts = table["text"].to_pylist()
-    if titles:
-        texts = [f"{t}. {x}" for t, x in zip(table["title"].to_pylist(), texts)]
-    return table["doc_id"].to_pylist(), Analyzer().analyze_batch(texts)
-
-
 def build_index(cfg: XHConfig) -> dict:
+    """The docs table -> BM25 shards (one Ray Data task per doc range, twice) and the manifest."""
     import ray
     import ray.data
-
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
 
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
     init_ray(cfg)
     start = time.perf_counter()
-    ranges = _doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
+    ranges = doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
     if not ranges or not sum(g["num_docs"] for g in ranges):
         raise FileNotFoundError(f"no documents under {paths['tables']}/docs: run `xh wiki process` first")
     log("retrieve", f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {paths['index']}")
 
     def over_ranges(fn):
-        """`fn(range)` for each doc range, one Ray Data task each (ranges travel as JSON)."""
+        """`fn(range)` for each doc range, one Ray Data task each (ranges and results travel as JSON)."""
         ds = ray.data.from_items([{"range": json.dumps(g)} for g in ranges], override_num_blocks=len(ranges))
         out = ds.map_batches(lambda b: {"out": [json.dumps(fn(json.loads(b["range"][0])))]}, batch_size=1, num_cpus=1)
         return [json.loads(row["out"]) for row in out.take_all()]
 
-    def partial_stats(group: dict) -> dict:
-        _, tokens = _analyzed(list(group["pieces"]), r.index_titles, s3)
-        stats = CorpusStats.from_token_lists(tokens)
+    def partial_stats(doc_range: dict) -> dict:
+        stats = range_stats(doc_range, r.index_titles, s3)
         return {"num_docs": stats.num_docs, "total_length": stats.total_length, "doc_freqs": stats.doc_freqs}
 
     stats = CorpusStats.merge(CorpusStats(**part) for part in over_ranges(partial_stats))
     stats_ref = ray.put(stats)
-
-    def build_shard(group: dict) -> dict:
-        doc_ids, tokens = _analyzed(list(group["pieces"]), r.index_titles, s3)
-        shard = BM25Shard.build(doc_ids, tokens, ray.get(stats_ref), doc_start=int(group["doc_start"]))
-        shard.save(join(paths["index"], shard_path(int(group["shard"]))), s3)
-        return {"path": shard_path(int(group["shard"])), "doc_start": shard.doc_start, "doc_stop": shard.doc_stop}
-
-    shards = sorted(over_ranges(build_shard), key=lambda s: s["doc_start"])
-    analyzer = Analyzer()
-    manifest = {
-        "analyzer": {"fingerprint": analyzer.fingerprint(), "settings": analyzer.settings()},
-        "stats": stats.summary(),
-        "index_titles": r.index_titles,
-        "docs": paths["tables"],
-        "shards": shards,
-    }
-    with open_output(join(paths["index"], INDEX_MANIFEST), s3) as f:
-        f.write(json.dumps(manifest, indent=1).encode())
+    shards = over_ranges(lambda doc_range: build_shard(doc_range, ray.get(stats_ref), paths["index"], r.index_titles, s3))
+    write_manifest(paths["index"], stats, shards, paths["tables"], r.index_titles, s3)
     return {"index": paths["index"], "docs": stats.num_docs, "shards": len(shards),
             "vocabulary": len(stats.doc_freqs), "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
 
@@ -133,7 +79,7 @@ def build_index(cfg: XHConfig) -> dict:
 class _QueryActor:
     """Ray Data actor: loads the retriever once, then turns question batches into candidate rows."""
 
-    def __init__(self, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3, torch_threads: int):
+    def __init__(self, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3, torch_threads: int):
         if settings.reranker:
             import torch
 
@@ -145,21 +91,10 @@ class _QueryActor:
         return pa.Table.from_pylist(rows, schema=schemas.CANDIDATES)
 
 
-def settings_of(cfg: XHConfig) -> RetrievalSettings:
-    r = cfg.retrieve
-    return RetrievalSettings(
-        ir_candidates=r.ir_candidates, ir_keep=r.ir_keep, el_per_surface=r.el_per_surface,
-        el_max_ngram=r.el_max_ngram, el_min_commonness=r.el_min_commonness, expansion_keep=r.expansion_keep,
-        expansion_max_neighbours=r.expansion_max_neighbours, reranker=r.reranker, rerank_batch_size=r.rerank_batch_size,
-        el_rerank_candidates=r.el_rerank_candidates, expansion_rerank_pool=r.expansion_rerank_pool,
-    )  # fmt: skip
-
-
 def check_inputs(cfg: XHConfig) -> None:
     """The BM25 index and the re-ranker (when one is named) exist: a one-line error otherwise."""
     s3, paths = s3_settings(cfg), _paths(cfg)
-    index_fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
-    if index_fs.get_file_info(manifest).type.name == "NotFound":
+    if not index_exists(paths["index"], s3):
         raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
     if cfg.retrieve.reranker:
         from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
@@ -212,7 +147,7 @@ def retrieve(cfg: XHConfig) -> dict:
         batch_format="pyarrow",
         compute=ActorPoolStrategy(size=r.workers),
         num_cpus=r.cpus_per_worker,
-        fn_constructor_args=(paths["index"], paths["tables"], settings_of(cfg), s3, max(1, round(r.cpus_per_worker))),
+        fn_constructor_args=(paths["index"], paths["tables"], r, s3, max(1, round(r.cpus_per_worker))),
     )
     fs.create_dir(f"{out}/candidates", recursive=True)
     fs.delete_dir_contents(f"{out}/candidates")
@@ -247,8 +182,7 @@ def evaluate(cfg: XHConfig) -> dict:
 def run(cfg: XHConfig) -> dict:
     """Index (when there is none), questions, candidates and their evaluation."""
     s3, paths = s3_settings(cfg), _paths(cfg)
-    fs, manifest = resolve(join(paths["index"], INDEX_MANIFEST), s3)
-    summary = {"index": build_index(cfg) if fs.get_file_info(manifest).type.name == "NotFound" else "existing"}
+    summary = {"index": "existing" if index_exists(paths["index"], s3) else build_index(cfg)}
     check_inputs(cfg)
     summary["questions"] = write_questions(cfg)
     summary["retrieve"] = retrieve(cfg)

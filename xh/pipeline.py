@@ -22,27 +22,22 @@ through the two halves on actor pools; `bench/score.py` and the demo call the ob
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Sequence
 
-from xh.graph.hotpot import GraphSettings, HotpotGraphBuilder, QuestionClassifier
-from xh.retrieval.candidates import Retriever, RetrievalSettings
+from xh.config import GraphsConfig, RetrieveConfig, XHConfig
+from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
+from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings
 
 GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
 
 
-def settings_of(cfg) -> tuple[RetrievalSettings, GraphSettings]:
-    """The retrieval and graph settings for new questions, from the config's `retrieve` and `graphs`
-    sections (fields of the same name); new questions have no answer, so no answer node is required."""
-
-    def from_section(settings_class, section):
-        return settings_class(**{f.name: getattr(section, f.name) for f in dataclasses.fields(settings_class)})
-
-    graph = dataclasses.replace(from_section(GraphSettings, cfg.graphs), require_answer=False)
-    return from_section(RetrievalSettings, cfg.retrieve), graph
+def settings_of(cfg: XHConfig) -> tuple[RetrieveConfig, GraphsConfig]:
+    """The config's `retrieve` and `graphs` sections as new questions use them: they have no answer,
+    so no graph needs a node that holds one."""
+    return cfg.retrieve, cfg.graphs.model_copy(update={"require_answer": False})
 
 
 class Pipeline:
@@ -52,7 +47,7 @@ class Pipeline:
         self,
         retriever: Retriever | None = None,
         tables: str | None = None,
-        graph: GraphSettings | None = None,
+        graph: GraphsConfig | None = None,
         classifier: QuestionClassifier | None = None,
         model=None,
         tokenizer=None,
@@ -69,8 +64,8 @@ class Pipeline:
         *,
         index: str | None = None,
         tables: str | None = None,
-        retrieval: RetrievalSettings | None = None,
-        graph: GraphSettings | None = None,
+        retrieval: RetrieveConfig | None = None,
+        graph: GraphsConfig | None = None,
         classifier: str | None = None,
         model: str | None = None,
         batch_graphs: int = 8,

@@ -11,7 +11,7 @@ from workflows import build_graphs, retrieve
 from xh import synth
 from xh.config import load_config
 from xh.graph.hotpot import NO_ANSWER
-from xh.graph.store import iter_graphs
+from xh.graph.store import iter_graphs, read_graphs
 from xh.wiki import process
 
 
@@ -60,7 +60,7 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
 
     # read back two ways: a Ray dataset for the trainer, an iterator without Ray
     graphs = {g["qid"]: g for g in iter_graphs(summary["output"])}
-    assert build_graphs.read_graphs(summary["output"]).count() == len(graphs) == summary["graphs"]
+    assert read_graphs(summary["output"]).count() == len(graphs) == summary["graphs"]
     assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 4  # 62 questions / 16 per file
 
     candidates = pads.dataset(str(world / "retrieval" / "candidates")).to_table().to_pylist()

@@ -9,7 +9,8 @@ from workflows import retrieve
 from xh import synth
 from xh.config import load_config
 from xh.retrieval.bm25 import ShardFileError
-from xh.retrieval.candidates import Retriever, load_index
+from xh.retrieval.candidates import Retriever
+from xh.retrieval.index import load_index
 from xh.wiki import process
 
 
@@ -59,8 +60,8 @@ def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, wo
     one = load_config(None, [f"storage.root={world}", f"retrieve.index={world / 'index-one'}", "retrieve.shards=1"])
     retrieve.build_index(one)
     texts = [q["question"] for q in json.loads((world / "questions.json").read_text())[:40]]
-    three_shards = Retriever.load(str(world / "index" / "bm25"), str(world / "tables"), retrieve.settings_of(cfg))
-    one_shard = Retriever.load(str(world / "index-one"), str(world / "tables"), retrieve.settings_of(cfg))
+    three_shards = Retriever.load(str(world / "index" / "bm25"), str(world / "tables"), cfg.retrieve)
+    one_shard = Retriever.load(str(world / "index-one"), str(world / "tables"), cfg.retrieve)
     ids = [str(i) for i in range(len(texts))]
     assert three_shards.candidates(ids, texts) == one_shard.candidates(ids, texts)
 

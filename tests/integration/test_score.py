@@ -57,12 +57,12 @@ def _register(name: str, backbone: str, graphs: str, tracking: str, seed: int) -
 def test_promotion_moves_the_champion_only_when_the_challenger_wins_and_rolls_back(
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
-    from workflows.promote import read_rows
+    from xh.graph.store import read_eval_set
     from xh.registry import promote, rollback
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-promote-{uuid.uuid4().hex[:6]}"
-    rows = read_rows(scoring_world["graphs"])[:12]
+    rows = read_eval_set(scoring_world["graphs"])[:12]
 
     assert _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1) == 1
     first = promote(name, rows, metric="f1", floor=0.0)

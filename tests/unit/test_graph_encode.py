@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from xh.config import GraphsConfig
 from xh.graph.encode import encode_graph, truncate_node
-from xh.graph.hotpot import GraphSettings, distractor_graphs, read_distractor_questions
+from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 from xh.retrieval.evaluate import normalize_answer
 
 
@@ -112,7 +113,7 @@ def test_roberta_style_specials_and_fever_rows():
 @pytest.mark.shared_data
 def test_real_sample_answer_spans_decode_to_the_answer(shared_data, tokenizer):
     items, _ = read_distractor_questions(str(shared_data / "hotpotqa/hotpot_train_sample500.json"))
-    graphs = [o.graph for o in distractor_graphs(items, GraphSettings()) if o.graph]
+    graphs = [o.graph for o in distractor_graphs(items, GraphsConfig()) if o.graph]
     spans = answer_nodes = 0
     for graph in graphs:
         enc = encode_graph(graph, tokenizer, 512)

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from xh.config import GraphsConfig
 from xh.graph.hotpot import (
-    NO_ANSWER, NO_NODES, GraphSettings, HotpotGraphBuilder, answer_char_spans, answer_type_of, distractor_graphs,
+    NO_ANSWER, NO_NODES, HotpotGraphBuilder, answer_char_spans, answer_type_of, distractor_graphs,
     distractor_items, make_edges, mention_links, read_distractor_questions, resolve_question_types, select_nodes,
 )  # fmt: skip
 from xh.wiki.titles import normalize_title
@@ -66,12 +67,12 @@ def test_node_choice_ir_el_per_surface_expansion_and_first_source_wins():
     cands = [_cand("a", "ir", 0), _cand("b", "ir", 1), _cand("c", "ir", 2),
              _cand("b", "el", 0, "Bee"), _cand("d", "el", 1, "Bee"), _cand("e", "el", 2, "Eel"),
              *(_cand(f"x{k}", "exp", k) for k in range(20)), _cand("a", "exp", 20)]  # fmt: skip
-    bridge = select_nodes(cands, "bridge", GraphSettings())
+    bridge = select_nodes(cands, "bridge", GraphsConfig())
     assert [n["doc_id"] for n in bridge] == ["a", "b", "e", *(f"x{k}" for k in range(15))]
     assert [n["source"] for n in bridge[:3]] == ["ir", "ir", "el"]  # b is ir and el: keeps ir
-    comparison = select_nodes(cands, "comparison", GraphSettings())
+    comparison = select_nodes(cands, "comparison", GraphsConfig())
     assert [n["doc_id"] for n in comparison] == ["a", "b", "e"]  # no expansion
-    assert [n["doc_id"] for n in select_nodes(cands, "bridge", GraphSettings(el_per_surface=2, expansion_keep=0))] == [
+    assert [n["doc_id"] for n in select_nodes(cands, "bridge", GraphsConfig(el_per_surface=2, expansion_keep=0))] == [
         "a", "b", "d", "e"]  # fmt: skip
 
 
@@ -82,7 +83,7 @@ def _builder(**settings):
         "C": ("Parva", ["Parva is a city."]),
     }
     links = {"A": [("B", "Bo Lind", 1)], "B": [("C", "Parva", 0), ("A", "Arden Works", 1)]}
-    return HotpotGraphBuilder(docs, links, GraphSettings(**settings))
+    return HotpotGraphBuilder(docs, links, GraphsConfig(**settings))
 
 
 def _question(qid="q", answer="Parva", qtype="bridge", facts=(("Bo Lind", 0),)):
@@ -154,7 +155,7 @@ def test_mentions_of_a_title_link_paragraphs():
 def test_real_sample_distractor_graphs(shared_data):
     records = json.loads((shared_data / SAMPLE).read_text())
     items, quarantined = read_distractor_questions(str(shared_data / SAMPLE))
-    outcomes = distractor_graphs(items, GraphSettings())
+    outcomes = distractor_graphs(items, GraphsConfig())
     graphs = [o.graph for o in outcomes if o.graph]
     assert len(records) == len(graphs) + len(quarantined) + sum(o.graph is None for o in outcomes)
     by_id = {r["_id"]: r for r in records}

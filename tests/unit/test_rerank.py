@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from xh.retrieval.candidates import Passages, Retriever, RetrievalSettings
+from xh.config import RetrieveConfig
+from xh.retrieval.candidates import Passages, Retriever
 from xh.retrieval.rerank import (
     CONFIG_FILE,
     CrossEncoder,
@@ -173,10 +174,10 @@ def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, t
     bridge = [q for q in questions if q["type"] == "bridge"][:3]
     qids, texts = [q["_id"] for q in bridge], [q["question"] for q in bridge]
 
-    plain = Retriever(*parts, RetrievalSettings(ir_candidates=20)).candidates(qids, texts)
+    plain = Retriever(*parts, RetrieveConfig(ir_candidates=20)).candidates(qids, texts)
     assert {(r["source"], r["ranker"]) for r in plain} == {("ir", "bm25"), ("el", "commonness"), ("exp", "bm25")}
 
-    settings = RetrievalSettings(ir_candidates=20, el_rerank_candidates=3)
+    settings = RetrieveConfig(ir_candidates=20, el_rerank_candidates=3)
     reranked = Retriever(*parts, settings, _FirstWordReranker(), Passages(docs)).candidates(qids, texts)
     assert {r["ranker"] for r in reranked} == {"reranker"}
     for qid in qids:

@@ -3,12 +3,14 @@
 Two settings, one set of rules for edges and labels:
 
     # retrieval: nodes from the candidates table, texts and hyperlinks from the docs and links tables
-    builder = HotpotGraphBuilder.load("runs/demo/tables", needed_doc_ids, GraphSettings())
+    builder = HotpotGraphBuilder.load("runs/demo/tables", needed_doc_ids, GraphsConfig())
     outcome = builder.build(question_row, candidate_rows)      # Outcome(graph=dict | None, reason=str | None, ...)
 
     # distractor: a HotpotQA record's own 10 context paragraphs, no Wikipedia needed
     items, quarantined = read_distractor_questions("hotpot_train_sample500.json")
-    outcome = distractor_graph(items[0].question, items[0].context, GraphSettings())
+    outcome = distractor_graph(items[0].question, items[0].context, GraphsConfig())
+
+The settings are the `graphs` section of the config (`xh.config.GraphsConfig`, defaults as in the paper).
 
 Nodes (paper §4, A.1). Bridge questions: the first `ir_keep` (2) BM25 documents, the first
 `el_per_surface` (1) entity-linked document per surface form, the first `expansion_keep` (15)
@@ -20,7 +22,7 @@ Edges. An edge `{src, dst}` means dst's hub attends to src's: information flows 
 hyperlink from page A to page B becomes the edge A -> B, so the page a link points to reads the page
 that points to it (as in the original release, where the linked node also receives the linking
 text); for a bridge question the entity named in the question's page passes on to the page that
-holds the answer. Edge modes (the paper's Table 4), `GraphSettings.edge_mode`:
+holds the answer. Edge modes (the paper's Table 4), `graphs.edge_mode`:
 
     hyperlink       directed hyperlinks between nodes (the default)
     bidirectional   each hyperlink in both directions
@@ -62,12 +64,12 @@ import json
 import random
 import re
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
+from xh.config import GraphsConfig
 from xh.graph.encoded import QUESTION_TYPES
 from xh.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
@@ -82,23 +84,6 @@ NO_NODES = "no nodes: retrieval proposed no documents"
 QuestionClassifier = Callable[[list[str]], Sequence[str]]
 
 
-@dataclass(frozen=True)
-class GraphSettings:
-    """How graphs are cut and wired (`GraphsConfig` carries them from YAML)."""
-
-    ir_keep: int = 2
-    el_per_surface: int = 1
-    expansion_keep: int = 15
-    edge_mode: str = "hyperlink"
-    comparison_full: bool = True
-    seed: int = 13
-    require_answer: bool = True
-
-    def __post_init__(self) -> None:
-        if self.edge_mode not in EDGE_MODES:
-            raise ValueError(f"unknown edge mode {self.edge_mode!r}; one of {', '.join(EDGE_MODES)}")
-
-
 class Outcome(NamedTuple):
     """One question's result: a graph row, or the reason it was quarantined; `flags` are counted."""
 
@@ -107,8 +92,9 @@ class Outcome(NamedTuple):
     flags: tuple[str, ...] = ()
 
 
-class Link(NamedTuple):
-    """A hyperlink between two nodes of one graph (local indices)."""
+class NodeLink(NamedTuple):
+    """A hyperlink between two nodes of one graph, by their positions in the graph (in the distractor
+    setting, a title mention)."""
 
     src: int
     dst: int
@@ -136,7 +122,7 @@ def make_edges(num_nodes: int, links: Iterable[tuple[int, int]], mode: str, orde
     return [{"src": s, "dst": d} for s, d in sorted(pairs)]
 
 
-def node_anchors(num_nodes: int, links: Iterable[Link]) -> list[list[str]]:
+def node_anchors(num_nodes: int, links: Iterable[NodeLink]) -> list[list[str]]:
     """Per node, the distinct texts of the links into it from other nodes, in (source, sentence, text) order."""
     into: list[set[tuple[int, int, str]]] = [set() for _ in range(num_nodes)]
     for link in links:
@@ -191,9 +177,9 @@ def resolve_question_types(questions: list[dict], classifier: QuestionClassifier
 def assemble_graph(
     question: dict,
     nodes: list[dict],
-    links: list[Link],
+    links: list[NodeLink],
     question_type: tuple[str, str],
-    settings: GraphSettings,
+    settings: GraphsConfig,
 ) -> Outcome:
     """A GRAPHS row from a QUESTIONS row, its nodes (`doc_id, title, sentences, source, score`) and the
     hyperlinks between them; or the reason to quarantine the question."""
@@ -274,7 +260,7 @@ def graph_stats(graph: dict) -> dict:
 # --- retrieval setting -----------------------------------------------------------------------
 
 
-def select_nodes(candidates: list[dict], question_type: str, settings: GraphSettings) -> list[dict]:
+def select_nodes(candidates: list[dict], question_type: str, settings: GraphsConfig) -> list[dict]:
     """CANDIDATES rows of one question -> the graph's `{doc_id, source, score}` in node order (rules above)."""
     by_source: dict[str, list[dict]] = defaultdict(list)
     for row in candidates:
@@ -306,7 +292,7 @@ class HotpotGraphBuilder:
         self,
         docs: dict[str, tuple[str, list[str]]],
         links: dict[str, list[tuple[str, str, int]]],
-        settings: GraphSettings,
+        settings: GraphsConfig,
         classifier: QuestionClassifier | None = None,
     ) -> None:
         self.docs, self.links, self.settings, self.classifier = docs, links, settings, classifier
@@ -316,7 +302,7 @@ class HotpotGraphBuilder:
         cls,
         tables_uri: str,
         doc_ids: Iterable[str],
-        settings: GraphSettings,
+        settings: GraphsConfig,
         s3: S3Settings | None = None,
         classifier: QuestionClassifier | None = None,
     ) -> "HotpotGraphBuilder":
@@ -357,7 +343,7 @@ class HotpotGraphBuilder:
         ]
         index = {n["doc_id"]: i for i, n in enumerate(nodes)}
         links = [
-            Link(i, index[dst], anchor, sentence)
+            NodeLink(i, index[dst], anchor, sentence)
             for i, n in enumerate(nodes)
             for dst, anchor, sentence in self.links.get(n["doc_id"], ())
             if dst in index
@@ -425,7 +411,7 @@ def _title_pattern(title: str) -> re.Pattern:
     return re.compile(r"(?<![^\W_])(?:" + "|".join(re.escape(n) for n in names) + r")(?![^\W_])")
 
 
-def mention_links(context: list[tuple[str, list[str]]]) -> list[Link]:
+def mention_links(context: list[tuple[str, list[str]]]) -> list[NodeLink]:
     """Distractor setting: A -> B when A's paragraph mentions B's title (the rule in the module docstring)."""
     patterns = [_title_pattern(title) for title, _ in context]
     links = []
@@ -436,12 +422,12 @@ def mention_links(context: list[tuple[str, list[str]]]) -> list[Link]:
             for k, sentence in enumerate(sentences):
                 found = pattern.search(sentence)
                 if found:
-                    links.append(Link(a, b, found.group(), k))
+                    links.append(NodeLink(a, b, found.group(), k))
                     break
     return links
 
 
-def distractor_graphs(items: list[DistractorItem], settings: GraphSettings,
+def distractor_graphs(items: list[DistractorItem], settings: GraphsConfig,
                       classifier: QuestionClassifier | None = None) -> list[Outcome]:  # fmt: skip
     """One outcome per item: a graph over the record's own context paragraphs."""
     types = resolve_question_types([item.question for item in items], classifier)
@@ -456,6 +442,6 @@ def distractor_graphs(items: list[DistractorItem], settings: GraphSettings,
     return outcomes
 
 
-def distractor_graph(question: dict, context: list[tuple[str, list[str]]], settings: GraphSettings,
+def distractor_graph(question: dict, context: list[tuple[str, list[str]]], settings: GraphsConfig,
                      classifier: QuestionClassifier | None = None) -> Outcome:  # fmt: skip
     return distractor_graphs([DistractorItem(question, context)], settings, classifier)[0]

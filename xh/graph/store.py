@@ -3,6 +3,8 @@
     write_shard(graph_rows, "runs/demo/graphs/hotpot", shard=3)          # -> part-00003.parquet
     for row in iter_graphs("runs/demo/graphs/hotpot"):                     # GRAPHS rows as dicts
         encoded = encode_graph(row, tokenizer, 512)
+    read_graphs("runs/demo/graphs/hotpot").iter_rows()                     # the same as a Ray dataset
+    rows = read_eval_set("runs/demo/graphs/hotpot-dev")                    # a small folder, all in memory
 
 A graphs folder holds only `part-*.parquet` files of `xh.schemas.GRAPHS` (plus `_summary.json`, which
 Parquet readers skip), so `ray.data.read_parquet(folder)` reads it as is; quarantined questions live in
@@ -43,11 +45,38 @@ def clear_folder(folder: str, s3: S3Settings | None = None) -> None:
     fs.delete_dir_contents(path)
 
 
-def iter_graphs(folder: str, s3: S3Settings | None = None, batch_rows: int = 256) -> Iterator[dict]:
-    """GRAPHS rows of a folder as dicts, one Parquet batch in memory at a time, in file order."""
+def _existing(folder: str, s3: S3Settings | None, missing: str):
+    """(filesystem, path) of a folder that exists; FileNotFoundError(`missing`) otherwise."""
     fs, path = resolve(folder, s3)
     if fs.get_file_info(path).type.name == "NotFound":
-        raise FileNotFoundError(f"no graphs at {folder} (run `xh graphs build` first)")
+        raise FileNotFoundError(missing)
+    return fs, path
+
+
+def _graphs_folder(folder: str, s3: S3Settings | None):
+    return _existing(folder, s3, f"no graphs at {folder} (run `xh graphs build` first)")
+
+
+def iter_graphs(folder: str, s3: S3Settings | None = None, batch_rows: int = 256) -> Iterator[dict]:
+    """GRAPHS rows of a folder as dicts, one Parquet batch in memory at a time, in file order."""
+    fs, path = _graphs_folder(folder, s3)
     dataset = pads.dataset(path, filesystem=fs, format="parquet", schema=schemas.GRAPHS)
     for batch in dataset.to_batches(batch_size=batch_rows):
         yield from batch.to_pylist()
+
+
+def read_graphs(folder: str, s3: S3Settings | None = None, num_cpus: float = 0.25):
+    """A graphs folder as a Ray dataset of GRAPHS rows (for the trainer; `iter_graphs` reads it without Ray).
+
+    Read tasks ask for a fraction of a CPU, so that they still run beside actors or trainers holding the rest.
+    """
+    import ray.data
+
+    fs, path = _graphs_folder(folder, s3)
+    return ray.data.read_parquet(path, filesystem=fs, file_extensions=["parquet"], num_cpus=num_cpus)
+
+
+def read_eval_set(folder: str, s3: S3Settings | None = None) -> list[dict]:
+    """Every row of a graphs folder with gold labels, in memory: what `xh promote` scores the models on."""
+    fs, path = _existing(folder, s3, f"no evaluation set at {folder}")
+    return pads.dataset(path, filesystem=fs, format="parquet").to_table().to_pylist()

@@ -4,6 +4,7 @@
                        shared by the index and the queries
     bm25.py            exact BM25 (rank-bm25's Okapi scores), sharded by document range, saved as
                        arrays + a JSON manifest under any storage URI
+    index.py           the sharded index on storage: doc ranges, shards, its manifest (written and read)
     entity_linking.py  commonness entity linking from Wikipedia's anchors
     expansion.py       hyperlink expansion along the links table
     candidates.py      candidate assembly: BM25 ∪ entity links ∪ expansion, per question

@@ -1,6 +1,6 @@
 """Candidate assembly: a question -> the documents its evidence graph is built from (paper §3, A.1).
 
-    retriever = Retriever.load(index_uri, tables_uri, RetrievalSettings())
+    retriever = Retriever.load(index_uri, tables_uri, RetrieveConfig())
     rows = retriever.candidates(["q1"], ["In which city was the founder of Arden Works born?"])
 
 Three sources, each a row of the `candidates` table (`xh.schemas.CANDIDATES`):
@@ -11,7 +11,7 @@ Three sources, each a row of the `candidates` table (`xh.schemas.CANDIDATES`):
 
 `ranker` says what ordered each row. Without a re-ranker: `bm25` (ir, and exp ranked by BM25 against
 the question), `commonness` (el), `links` (exp of a question with no BM25 terms). With one
-(`RetrievalSettings.reranker`, a folder written by `workflows.train_reranker`), every row says
+(`RetrieveConfig.reranker`, a folder written by `workflows.train_reranker`), every row says
 `reranker` and its `score` is the cross-encoder's logit:
 
     ir   all `ir_candidates` BM25 documents re-ordered by the re-ranker (graphs keep its top `ir_keep`)
@@ -19,58 +19,23 @@ the question), `commonness` (el), `links` (exp of a question with no BM25 terms)
          `el_per_surface` kept
     exp  the neighbours' `expansion_rerank_pool` best by BM25, re-ordered; top `expansion_keep` kept
 
-The index lives under one URI: `manifest.json` (analyzer, corpus stats, shards and their doc
-ranges) and one folder per shard (`xh.retrieval.bm25`).
+The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
+paper); the index is read by `xh.retrieval.index.load_index`.
 """
 
 from __future__ import annotations
-
-import json
-import posixpath
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.config import RetrieveConfig
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
-from xh.storage import S3Settings, join, open_input, resolve
-
-from xh.retrieval.index import INDEX_MANIFEST
-
-
-@dataclass(frozen=True)
-class RetrievalSettings:
-    """The knobs of candidate assembly (`RetrieveConfig` carries them from YAML)."""
-
-    ir_candidates: int = 100
-    ir_keep: int = 2
-    el_per_surface: int = 1
-    el_max_ngram: int = 6
-    el_min_commonness: float = 0.0
-    expansion_keep: int = 15
-    expansion_max_neighbours: int = 2000  # hub pages: only this many neighbours reach the scorer
-    reranker: str | None = None  # a trained cross-encoder (local or s3://); None: BM25 / commonness order
-    rerank_batch_size: int = 32
-    el_rerank_candidates: int = 5  # docs per surface the re-ranker chooses among
-    expansion_rerank_pool: int = 100  # neighbours (BM25's best) the re-ranker scores
-
-
-def load_index(index_uri: str, s3: S3Settings | None = None) -> list[BM25Shard]:
-    """All shards of an index, checked to be parts of one index (same analyzer and corpus stats)."""
-    manifest_uri = join(index_uri, INDEX_MANIFEST)
-    try:
-        with open_input(manifest_uri, s3) as f:
-            manifest = json.loads(f.read())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no BM25 index at {index_uri} (missing {INDEX_MANIFEST}): build it with `xh retrieve index`") from None
-    shards = [BM25Shard.load(join(index_uri, shard["path"]), s3=s3) for shard in manifest["shards"]]
-    for shard in shards:
-        shard.analyzer.check_same(manifest["analyzer"]["fingerprint"], what=f"the index manifest of {index_uri}")
-    return shards
+from xh.retrieval.index import load_index
+from xh.storage import S3Settings, resolve
 
 
 class Passages:
@@ -97,7 +62,7 @@ class Retriever:
     """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph,
     and, when `settings.reranker` names one, the re-ranker with the docs' texts."""
 
-    def __init__(self, shards: list[BM25Shard], linker: EntityLinker, graph: LinkGraph, settings: RetrievalSettings,
+    def __init__(self, shards: list[BM25Shard], linker: EntityLinker, graph: LinkGraph, settings: RetrieveConfig,
                  reranker=None, passages: Passages | None = None):  # fmt: skip
         if (reranker is None) != (passages is None):
             raise ValueError("a re-ranker needs the docs' passages, and passages need a re-ranker")
@@ -112,7 +77,7 @@ class Retriever:
         }
 
     @classmethod
-    def load(cls, index_uri: str, tables_uri: str, settings: RetrievalSettings, s3: S3Settings | None = None):
+    def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
         reranker = passages = None
         if settings.reranker:
             from xh.retrieval.rerank import CrossEncoder
@@ -205,7 +170,3 @@ def _best_per_surface(linked: list, scores: list[float], keep: int) -> list:
 def _row(qid: str, doc_id: str, source: str, score: float, rank: int, ranker: str, surface: str | None = None) -> dict:
     return {"qid": qid, "doc_id": doc_id, "source": source, "score": float(score), "rank": rank, "ranker": ranker,
             "surface": surface}  # fmt: skip
-
-
-def shard_path(k: int) -> str:
-    return posixpath.join("shards", f"shard-{k:05d}")
