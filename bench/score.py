@@ -7,7 +7,7 @@ Sets up a generated world (tables + BM25 index) and registers an XH model with t
 (untrained: throughput does not depend on the weights) in a local SQLite MLflow, then measures in
 the same run:
 
-    project        `workflows.batch_score.run`: the Ray Data pipeline (parse, retrieval + graphs on an
+    project        `workflows.score.run`: the Ray Data pipeline (parse, retrieval + graphs on an
                    actor pool, inference on an actor pool), from question files to the predictions partition
     single_process the same steps in one process without Ray: `xh.pipeline.Pipeline` (Retriever ->
                    HotpotGraphBuilder -> XH model), no files written (what a user would write as a script)
@@ -57,7 +57,7 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
 def register(base: list[str], work: Path, model_dir: Path) -> None:
     import mlflow
 
-    from workflows import build_graphs
+    from workflows import graphs
     from xh.config import load_config
     from xh.registry import log_and_register
     from xh.tracking import configure
@@ -65,7 +65,7 @@ def register(base: list[str], work: Path, model_dir: Path) -> None:
     # an input example for the signature: a few distractor-setting graphs of the world
     graphs_cfg = load_config(None, [*base, "graphs.setting=distractor", "graphs.workers=1",
                                     f"graphs.questions={work / 'world' / 'hotpot' / 'questions.json'}"])  # fmt: skip
-    build_graphs.build(graphs_cfg)
+    graphs.build(graphs_cfg)
     cfg = load_config(None, base)
     configure(cfg.mlflow)
     with mlflow.start_run() as run:
@@ -107,7 +107,7 @@ def main() -> None:
 
     import ray
 
-    from workflows import batch_score
+    from workflows import score
     from xh.config import load_config
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -121,7 +121,7 @@ def main() -> None:
                                  f"score.inference_threads={args.inference_threads}",
                                  f"score.use_gpu={'true' if args.gpu else 'false'}"])  # fmt: skip
         start = time.perf_counter()
-        summary = batch_score.run(cfg)
+        summary = score.run(cfg)
         project_s = time.perf_counter() - start
         ray.shutdown()
         baseline_s = single_process(base, questions, model_dir)
@@ -129,7 +129,7 @@ def main() -> None:
     seconds = summary["seconds"]
     qps = summary["predictions"] / project_s
     print(json.dumps({
-        "name": "batch_score",
+        "name": "score",
         "questions": len(questions),
         "predictions": summary["predictions"],
         "num_cpus": args.num_cpus,

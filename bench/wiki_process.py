@@ -52,7 +52,7 @@ def main() -> None:
 
     import ray
 
-    from workflows import process_wiki
+    from workflows import wiki
     from xh.config import load_config
     from xh.wiki import process
 
@@ -78,7 +78,7 @@ def main() -> None:
         cfg = load_config(None, ["wiki.format=hotpot", f"wiki.inputs=['{dump}']", f"wiki.output={out / f'ray-{workers}'}",
                                  f"wiki.workers={workers}", f"wiki.partitions={args.partitions}"])  # fmt: skip
         start = time.perf_counter()
-        summary = process_wiki.run(cfg)
+        summary = wiki.run(cfg)
         seconds = time.perf_counter() - start
         assert {k: summary[k] for k in loop} == loop, "the pipeline and the loop disagree"
         results[workers] = {"seconds": seconds, "read_seconds": summary["read_seconds"]}

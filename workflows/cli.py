@@ -49,7 +49,7 @@ def flags(section: str, **values) -> list[str]:
     return [
         f"{section}.{key}={json.dumps(value) if isinstance(value, list) else value}"
         for key, value in values.items()
-        if value not in (None, [], False)
+        if value is not None and value is not False and value != []
     ]
 
 

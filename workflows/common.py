@@ -33,7 +33,10 @@ def configure_logging(verbosity: int = 0) -> None:
     level = logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO
     logging.basicConfig(format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stderr, force=True)
     logging.getLogger("xh").setLevel(level)
+    # Ray's warnings repeat by the hundred on a small machine (Train's controller polling): errors only.
     logging.getLogger("ray").setLevel(logging.INFO if verbosity > 0 else logging.ERROR)
+    for library in ("mlflow", "alembic"):
+        logging.getLogger(library).setLevel(logging.INFO if verbosity > 0 else logging.WARNING)
 
 
 def verbose() -> bool:
@@ -76,8 +79,14 @@ def init_ray(cfg: XHConfig) -> None:
     )
 
 
-def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None = None) -> None:
-    """Parse `-q/-v --config/--set`, run the stage, print its summary as one JSON line."""
+def main(
+    stage: str,
+    run: Callable[[XHConfig], dict],
+    argv: Sequence[str] | None = None,
+    epilogue: Callable[[dict], str] | None = None,
+) -> None:
+    """Parse `-q/-v --config/--set`, run the stage, print its summary as one JSON line (and, on stderr,
+    what `epilogue` makes of it: the demo's table)."""
     verbosity, argv = split_verbosity(argv)
     configure_logging(verbosity)
     try:
@@ -85,4 +94,6 @@ def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(json.dumps(summary, sort_keys=True))
+    print(json.dumps(summary, sort_keys=True, default=str))
+    if epilogue:
+        print("\n" + epilogue(summary), file=sys.stderr)

@@ -6,7 +6,7 @@ Local Ray started in-process, SQLite MLflow under `runs/mlflow/`, files under `r
 generated data. Stages run in order, each reading what the previous one wrote:
 
     synth         generate the mini-Wikipedia world (shards in parallel on Ray)
-    process_wiki  its HotpotQA-format dump -> docs / links / redirects / anchors / quarantine (Ray Data)
+    wiki          its HotpotQA-format dump -> docs / links / redirects / anchors / quarantine (Ray Data)
     check         the tables against the generator's ground truth (every page and every hyperlink)
     retrieve      BM25 index, candidates for the world's questions (BM25, entity links, expansion), recall
     graphs        one evidence graph per question (Ray Data)
@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from workflows import batch_score, build_graphs, process_wiki, retrieve, synth, train
-from workflows.common import init_ray, log, s3_settings
-from xh.config import ConfigError, XHConfig, from_argv
-from xh.storage import join, open_input, open_output, resolve
+from workflows import graphs, retrieve, score, synth, train, wiki
+from workflows.common import init_ray, log, main, s3_settings
+from xh.config import XHConfig
 from xh.backbones import resolve_backbone
+from xh.storage import join, open_input, open_output, resolve
 from xh.tracking import flatten_numbers, stage_run
 
 
@@ -84,10 +84,10 @@ def run(cfg: XHConfig) -> dict:
             return stages[name]
 
         stage("synth", lambda: synth.run(cfg))
-        stage("process_wiki", lambda: process_wiki.run(_wiki_config(cfg)))
-        stage("check", lambda: check_against_truth(cfg, stages["synth"], stages["process_wiki"]))
+        stage("wiki", lambda: wiki.run(_wiki_config(cfg)))
+        stage("check", lambda: check_against_truth(cfg, stages["synth"], stages["wiki"]))
         stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg)))
-        stage("graphs", lambda: build_graphs.run(cfg))
+        stage("graphs", lambda: graphs.run(cfg))
         stage("train", lambda: train.run(cfg))
         stage("question_types", lambda: train_question_classifier(cfg))
         stage("evaluate", lambda: evaluate_held_out(cfg, stages["train"]["model_dir"]))
@@ -104,10 +104,10 @@ def _held_out(cfg: XHConfig) -> tuple[list[dict], list[dict]]:
 
     with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
         questions = [q for q in json.loads(f.read()) if in_dev_split(q["_id"], cfg.train.dev_fraction)]
-    fs, path = resolve(build_graphs.paths(cfg)["output"], s3_settings(cfg))
-    graphs = pads.dataset(path, filesystem=fs, format="parquet").to_table()
+    fs, path = resolve(graphs.paths(cfg)["output"], s3_settings(cfg))
+    table = pads.dataset(path, filesystem=fs, format="parquet").to_table()
     dev = {q["_id"] for q in questions}
-    return questions, [g for g in graphs.to_pylist() if g["qid"] in dev]
+    return questions, [g for g in table.to_pylist() if g["qid"] in dev]
 
 
 def evaluate_held_out(cfg: XHConfig, model_dir: str) -> dict:
@@ -149,8 +149,9 @@ def train_question_classifier(cfg: XHConfig) -> dict:
 def promote_challenger(cfg: XHConfig) -> dict:
     from xh.registry import promote
 
-    _, graphs = _held_out(cfg)
-    return promote(cfg.train.register_as, graphs, metric="f1", min_delta=0.5, floor=0.0)
+    _, held_out = _held_out(cfg)
+    p = cfg.promote
+    return promote(cfg.train.register_as, held_out, metric=p.metric, min_delta=p.min_delta, floor=p.floor)
 
 
 def score_new_questions(cfg: XHConfig) -> dict:
@@ -163,7 +164,7 @@ def score_new_questions(cfg: XHConfig) -> dict:
         out.write("".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions).encode())
     update = {"input": incoming, "model": f"models:/{cfg.train.register_as}@champion",
               "question_classifier": _classifier_dir(cfg)}  # fmt: skip
-    summary = batch_score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
+    summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
     fs, path = resolve(summary["output"], s3_settings(cfg))
     scored = pads.dataset(path, filesystem=fs, format="parquet").to_table(columns=["qid", "answer"]).to_pylist()
     from xh.eval.hotpot import normalize_answer
@@ -182,7 +183,7 @@ def _offline_backbone(cfg: XHConfig) -> XHConfig:
 def summary_table(summary: dict) -> str:
     """What a person reads at the end: the figures, where everything is, how to look at it."""
     s = summary
-    ev, score = s["evaluate"], s["score"]
+    ev, scored = s["evaluate"], s["score"]
     rows = [
         ("world", f"{s['synth']['docs']} docs, {s['check']['true_links']} links checked against the truth"),
         ("retrieval", f"graph Supp recall {s['retrieve']['eval']['all']['graph.supp_recall']:.3f}"),
@@ -193,25 +194,13 @@ def summary_table(summary: dict) -> str:
                                 f"Joint F1 {ev['joint_f1']:.3f}  ({ev['questions']} questions)"),
         ("question types", f"classifier accuracy {s['question_types']['held_out_accuracy']:.3f} on held-out questions"),
         ("promotion", f"{'promoted' if s['promote']['promoted'] else 'kept champion'}: {s['promote']['reason']}"),
-        ("batch scoring", f"{score['predictions']} predictions, {sum(score['quarantined'].values())} quarantined, "
-                          f"answer EM {score['answer_em']:.3f}, {score['questions_per_s']} questions/s"),
-        ("predictions", score["output"]),
+        ("batch scoring", f"{scored['predictions']} predictions, {sum(scored['quarantined'].values())} quarantined, "
+                          f"answer EM {scored['answer_em']:.3f}, {scored['questions_per_s']} questions/s"),
+        ("predictions", scored["output"]),
         ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-
-
-def main(argv=None) -> None:
-    from workflows.common import USER_ERRORS
-
-    try:
-        summary = run(from_argv(argv, prog="python -m workflows.demo"))
-    except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(json.dumps(summary, sort_keys=True, default=str))
-    print("\n" + summary_table(summary), file=sys.stderr)
 
 
 def _retrieve_config(cfg: XHConfig) -> XHConfig:
@@ -230,4 +219,4 @@ def _wiki_config(cfg: XHConfig) -> XHConfig:
 
 
 if __name__ == "__main__":
-    main()
+    main("demo", run, epilogue=summary_table)

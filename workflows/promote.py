@@ -1,6 +1,8 @@
-"""Promotion and rollback in the MLflow registry, as CLI and job entry points.
+"""Promotion and rollback in the MLflow registry (config section `promote`).
 
-    xh promote --model xh-hotpot --eval-set runs/demo/graphs/hotpot-dev --metric f1 --min-delta 0.5
+    python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot
+    python -m workflows.promote --set promote.action=rollback --set promote.model=xh-hotpot
+    xh promote --model xh-hotpot --eval-set runs/demo/graphs/hotpot --metric f1 --min-delta 0.5
     xh promote rollback --model xh-hotpot
 
 Every decision is printed as one JSON line and recorded as a tag on the challenger version.
@@ -8,21 +10,24 @@ Every decision is printed as one JSON line and recorded as a tag on the challeng
 
 from __future__ import annotations
 
-from workflows.common import s3_settings
+from workflows.common import main, s3_settings
 from xh.config import XHConfig
 from xh.graph.store import read_eval_set
 from xh.registry import promote, rollback
+from xh.storage import join
 from xh.tracking import configure
 
 
-def promote_from_config(cfg: XHConfig, model: str, eval_set: str, metric: str, min_delta: float, floor: float) -> dict:
-    s3 = s3_settings(cfg)
-    rows = read_eval_set(eval_set, s3)
+def run(cfg: XHConfig) -> dict:
+    p, s3 = cfg.promote, s3_settings(cfg)
+    if p.action == "rollback":
+        configure(cfg.mlflow, s3)
+        return rollback(p.model)
+    rows = read_eval_set(p.eval_set or join(cfg.storage.root, "graphs", cfg.model.task), s3)
     configure(cfg.mlflow, s3)
     task = rows[0]["task"] if rows else "hotpot"
-    return promote(model, rows, metric=metric, min_delta=min_delta, floor=floor, task=task)
+    return promote(p.model, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task=task)
 
 
-def rollback_from_config(cfg: XHConfig, model: str) -> dict:
-    configure(cfg.mlflow, s3_settings(cfg))
-    return rollback(model)
+if __name__ == "__main__":
+    main("promote", run)

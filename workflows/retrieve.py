@@ -11,7 +11,7 @@ tasks analyze each range twice — once for its partial corpus statistics (merge
 the corpus-wide N, avgdl and df that make every shard score exactly like one index), once to build
 and save its shard. Candidates: the questions stream through an actor pool whose actors each load
 the shards, the entity linker and the link graph once (`xh.retrieval.candidates.Retriever`), and
-the re-ranker with the docs' texts when `retrieve.reranker` names one (`workflows.train_reranker`).
+the re-ranker with the docs' texts when `retrieve.reranker` names one (`workflows.rerank`).
 Inputs are checked before anything is written: a run that fails on a missing index or re-ranker
 leaves the previous run's questions, quarantine and candidates as they were.
 """
@@ -180,7 +180,11 @@ def evaluate(cfg: XHConfig) -> dict:
 
 
 def run(cfg: XHConfig) -> dict:
-    """Index (when there is none), questions, candidates and their evaluation."""
+    """`retrieve.step`: the index, the candidates, their evaluation, or all three (the index only when
+    there is none)."""
+    step = cfg.retrieve.step
+    if step != "all":
+        return {"index": build_index, "run": run_candidates, "eval": evaluate}[step](cfg)
     s3, paths = s3_settings(cfg), _paths(cfg)
     summary = {"index": "existing" if index_exists(paths["index"], s3) else build_index(cfg)}
     check_inputs(cfg)

@@ -99,7 +99,7 @@ class RetrieveConfig(Section):
 
 
 class RerankConfig(Section):
-    """Training the cross-encoder re-ranker (`workflows.train_reranker`)."""
+    """Training the cross-encoder re-ranker (`workflows.rerank`)."""
 
     questions: str | None = Field(None, description="HotpotQA file, distractor format: its contexts give positives and negatives")
     retrieval: str | None = Field(None, description="instead: a retrieval output folder (questions + candidates); BM25 candidates as negatives")

@@ -16,7 +16,7 @@ registered version `models:/NAME/VERSION` (through its MLflow pyfunc, on the GPU
 
 Questions without a `type` get one from `classifier` (`xh.model.qtype`, bridge or comparison) when
 one is given. A question without a graph is quarantined with the reason (`source` "graphs").
-Nothing here imports Ray: the batch-scoring driver (`workflows.batch_score`) maps batches of rows
+Nothing here imports Ray: the batch-scoring driver (`workflows.score`) maps batches of rows
 through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
 """
 

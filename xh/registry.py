@@ -257,7 +257,7 @@ def rollback(name: str) -> dict:
     tags = client.get_registered_model(name).tags
     previous = tags.get(PREVIOUS_CHAMPION_TAG)
     if not previous:
-        raise ValueError(f"{name} has no previous champion to roll back to")
+        raise ConfigError(f"{name} has no previous champion to roll back to")
     current = _version_of(client, name, "champion")
     client.set_registered_model_alias(name, "champion", previous)
     client.delete_registered_model_tag(name, PREVIOUS_CHAMPION_TAG)

@@ -60,7 +60,7 @@ def read_stage(uri: str, s3: S3Settings | None):
     from ray.data.expressions import col
 
     fs, path = resolve(uri, s3)
-    rows = ray.data.read_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    rows = ray.data.read_parquet(path, filesystem=fs, num_cpus=0.25)
     # Read before an actor pool takes the CPUs: Ray's file listing wants a whole one.
     return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
 

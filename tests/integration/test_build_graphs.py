@@ -7,7 +7,7 @@ from collections import Counter
 import pyarrow.dataset as pads
 import pytest
 
-from workflows import build_graphs, retrieve
+from workflows import graphs, retrieve
 from xh import synth
 from xh.config import load_config
 from xh.graph.hotpot import NO_ANSWER
@@ -44,7 +44,7 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
 
     cfg = _config(world, mlflow_server, f"graphs.tokenizer={minilm_path}", "graphs.max_node_tokens=128")
     retrieve.run(cfg)
-    summary = build_graphs.run(cfg)
+    summary = graphs.run(cfg)
 
     questions = pads.dataset(str(world / "retrieval" / "questions")).to_table().to_pylist()
     assert summary["questions"] == len(questions) == 62
@@ -59,8 +59,8 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
     assert "no-answer" in {json.loads(q["raw"])["qid"] for q in quarantine}
 
     # read back two ways: a Ray dataset for the trainer, an iterator without Ray
-    graphs = {g["qid"]: g for g in iter_graphs(summary["output"])}
-    assert read_graphs(summary["output"]).count() == len(graphs) == summary["graphs"]
+    built = {g["qid"]: g for g in iter_graphs(summary["output"])}
+    assert read_graphs(summary["output"]).count() == len(built) == summary["graphs"]
     assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 4  # 62 questions / 16 per file
 
     candidates = pads.dataset(str(world / "retrieval" / "candidates")).to_table().to_pylist()
@@ -69,7 +69,7 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
     by_qid = {}
     for c in candidates:
         by_qid.setdefault(c["qid"], {}).setdefault(c["doc_id"], []).append(c["source"])
-    for qid, graph in graphs.items():
+    for qid, graph in built.items():
         ids = [n["doc_id"] for n in graph["nodes"]]
         assert len(ids) == len(set(ids)) and set(ids) <= set(by_qid[qid])
         assert all(n["source"] in by_qid[qid][n["doc_id"]] for n in graph["nodes"])
@@ -79,13 +79,13 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
         else:  # each edge is a hyperlink from the src page to the dst page
             assert graph["edge_mode"] == "hyperlink"
             assert all((ids[e["src"]], ids[e["dst"]]) in link_pairs for e in graph["edges"])
-    assert graphs["untyped"]["question_type_source"] == "default"
+    assert built["untyped"]["question_type_source"] == "default"
 
     run = mlflow.MlflowClient(mlflow_server).get_run(summary["mlflow_run_id"])
     assert run.data.metrics["graphs"] == summary["graphs"] and run.data.params["graphs.edge_mode"] == "hyperlink"
 
     # a rebuild in another edge mode replaces every shard: node sequence, a chain through all nodes
-    again = build_graphs.build(cfg.model_copy(update={"graphs": cfg.graphs.model_copy(
+    again = graphs.build(cfg.model_copy(update={"graphs": cfg.graphs.model_copy(
         update={"edge_mode": "sequence", "questions_per_file": 40, "tokenizer": None})}))  # fmt: skip
     assert again["graphs"] == summary["graphs"] and again["tokens_per_node"] is None
     assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 2

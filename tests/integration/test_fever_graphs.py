@@ -1,11 +1,11 @@
-"""FEVER graphs on the Ray cluster: `workflows.build_graphs` with graphs.task=fever over a generated world."""
+"""FEVER graphs on the Ray cluster: `workflows.graphs` with graphs.task=fever over a generated world."""
 
 import json
 
 import pyarrow.dataset as pads
 import pytest
 
-from workflows import build_graphs
+from workflows import graphs
 from xh import synth
 from xh.config import load_config
 from xh.graph import store
@@ -35,7 +35,7 @@ def world(tmp_path_factory):
 def test_fever_graphs_on_ray(ray_cluster, world, minilm_path):
     overrides = [f"storage.root={world}", "graphs.task=fever", f"graphs.questions={world / 'claims.jsonl'}",
                  "graphs.questions_per_file=40", "graphs.workers=2", f"graphs.tokenizer={minilm_path}"]  # fmt: skip
-    summary = build_graphs.build(load_config(None, overrides))
+    summary = graphs.build(load_config(None, overrides))
     assert summary["questions"] == 93 == summary["graphs"] + summary["quarantined"]
     reasons = summary["quarantine_reasons"]
     assert reasons == {
@@ -49,12 +49,12 @@ def test_fever_graphs_on_ray(ray_cluster, world, minilm_path):
     tokens = summary["tokens_per_node"]
     assert 8 < tokens["mean"] < 64 and summary["nodes_at_token_limit"] == 0
 
-    graphs = list(store.iter_graphs(summary["output"]))
-    assert len(graphs) == 90 and {g["edge_mode"] for g in graphs} == {"full"}
+    built = list(store.iter_graphs(summary["output"]))
+    assert len(built) == 90 and {g["edge_mode"] for g in built} == {"full"}
     quarantined = pads.dataset(summary["quarantine"], format="parquet").to_table().to_pylist()
     assert sorted(q["position"] for q in quarantined) == [91, 91, 92]  # reader line 91; graph items 91 and 92
 
     # evaluation graphs: retrieval only; the claim without gold in the corpus is graphed too
-    summary = build_graphs.build(load_config(None, [*overrides, "graphs.require_answer=false"]))
+    summary = graphs.build(load_config(None, [*overrides, "graphs.require_answer=false"]))
     assert summary["graphs"] == 91 and summary["quarantined"] == 2
     assert summary["flags"]["fever_gold_group_in_graph"] >= 0.9 * summary["flags"]["fever_verifiable"]

@@ -65,10 +65,10 @@ def _cli(*args):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "xh.cli", "config", "show", "synth", "--set", "synth.num_doc=5"], "error: unknown config key 'synth.num_doc'"),
-        (["-m", "xh.cli", "synth", "--config", "no/such.yaml"], "error: config file not found: no/such.yaml"),
+        (["-m", "workflows.cli", "config", "show", "synth", "--set", "synth.num_doc=5"], "error: unknown config key 'synth.num_doc'"),
+        (["-m", "workflows.cli", "synth", "--config", "no/such.yaml"], "error: config file not found: no/such.yaml"),
         (["-m", "workflows.synth", "--set", "synth.num_docs=ten"], "error: config key 'synth.num_docs': input should be a valid integer"),
-        (["-m", "xh.cli", "config", "show", "nosuch"], "error: unknown stage 'nosuch'"),
+        (["-m", "workflows.cli", "config", "show", "nosuch"], "error: unknown stage 'nosuch'"),
     ],
 )
 def test_config_errors_are_one_clear_line(args, message):
@@ -79,6 +79,6 @@ def test_config_errors_are_one_clear_line(args, message):
 
 
 def test_config_show_prints_the_effective_config():
-    result = _cli("-m", "xh.cli", "config", "show", "synth", "--config", "configs/demo.yaml", "--set", "synth.seed=99")
+    result = _cli("-m", "workflows.cli", "config", "show", "synth", "--config", "configs/demo.yaml", "--set", "synth.seed=99")
     assert result.returncode == 0, result.stderr
     assert "seed: 99" in result.stdout and "num_docs: 2000" in result.stdout and "root: runs/demo" in result.stdout

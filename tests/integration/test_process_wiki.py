@@ -8,7 +8,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from tests.conftest import TEST_BUCKET
-from workflows import process_wiki
+from workflows import wiki
 from xh import synth
 from xh.config import load_config
 from xh.wiki import process
@@ -25,7 +25,7 @@ def test_generated_dump_on_s3_round_trips_every_true_link(ray_cluster, s3_endpoi
                                 num_claims=5)  # fmt: skip
     cfg = load_config(None, [f"wiki.inputs=['{world}/wiki']", f"wiki.output=s3://{TEST_BUCKET}/wiki-tables",
                              "wiki.partitions=4", "wiki.rows_per_file=1000"])  # fmt: skip
-    summary = process_wiki.run(cfg)
+    summary = wiki.run(cfg)
     assert (summary["files"], summary["records"], summary["docs"], summary["quarantined"]) == (4, 600, 600, 0)
     assert summary["links"] == written.num_links and summary["missing_links"] == 0
 
@@ -48,14 +48,14 @@ def test_generated_dump_on_s3_round_trips_every_true_link(ray_cluster, s3_endpoi
 
 @pytest.mark.shared_data
 def test_real_xml_sample_matches_an_independent_count_and_one_process(ray_cluster, shared_data, tmp_path):
-    wiki = shared_data / "wiki"
-    xml = bz2.decompress((wiki / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2").read_bytes())
+    sample = shared_data / "wiki"
+    xml = bz2.decompress((sample / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2").read_bytes())
     pages = re.findall(rb"<page>.*?</page>", xml, re.S)
     main_ns = [p for p in pages if b"<ns>0</ns>" in p]
     redirects = sum(1 for p in main_ns if b"<redirect" in p)
 
-    cfg = load_config(None, ["wiki.format=mediawiki", f"wiki.inputs=['{wiki}']", f"wiki.output={tmp_path / 'ray'}"])
-    summary = process_wiki.run(cfg)
+    cfg = load_config(None, ["wiki.format=mediawiki", f"wiki.inputs=['{sample}']", f"wiki.output={tmp_path / 'ray'}"])
+    summary = wiki.run(cfg)
     # two files: the 206-page sample and the 5 table-heavy pages (one of which repeats an id of the first)
     assert (len(pages), len(main_ns), redirects) == (206, 205, 99)  # one Wikipedia: page, one redirect among them
     assert summary["redirects"] == redirects
@@ -67,7 +67,7 @@ def test_real_xml_sample_matches_an_independent_count_and_one_process(ray_cluste
     assert summary["duplicate_ids"] == 1
 
     one_process = process.process_in_process(
-        "mediawiki", process.input_files([str(wiki)], "mediawiki"), str(tmp_path / "loop"), partitions=8
+        "mediawiki", process.input_files([str(sample)], "mediawiki"), str(tmp_path / "loop"), partitions=8
     )
     assert {k: summary[k] for k in one_process} == one_process
     for name in ("docs", "links", "redirects", "anchors", "quarantine"):
@@ -96,7 +96,7 @@ def test_bad_input_lands_in_quarantine_with_its_reason(ray_cluster, tmp_path):
     (tmp_path / "in" / "c.bz2").write_bytes(bz2.compress(good(1, "One, third file").encode()))  # id 1 again
 
     cfg = load_config(None, [f"wiki.inputs=['{tmp_path / 'in'}']", f"wiki.output={tmp_path / 'out'}"])
-    summary = process_wiki.run(cfg)
+    summary = wiki.run(cfg)
     assert summary["records"] == summary["docs"] + summary["redirects"] + summary["quarantined"]
     quarantine = read_table(None, tmp_path / "out", "quarantine").to_pylist()
     reasons = {q["reason"].split(":")[0] for q in quarantine}

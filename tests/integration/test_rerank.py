@@ -9,7 +9,7 @@ import uuid
 import pyarrow.dataset as pads
 import pytest
 
-from workflows import retrieve, train_reranker
+from workflows import rerank, retrieve
 from xh.config import load_config
 from xh.retrieval.rerank import CONFIG_FILE, CrossEncoder
 from xh.storage import list_files
@@ -29,7 +29,7 @@ def test_train_on_two_workers_then_retrieve_with_the_reranker(ray_cluster, s3_en
         f"rerank.backbone={tiny_backbone}", "rerank.max_length=64", "rerank.batch_size=4", "rerank.epochs=2",
         "rerank.max_steps=6", "rerank.workers=2", "rerank.cpus_per_worker=0.5", "rerank.threads_per_worker=1",
     ])  # fmt: skip
-    summary = train_reranker.run(cfg)
+    summary = rerank.run(cfg)
 
     assert summary["output"] == output and summary["steps"] == 6
     assert summary["metrics"]["step"] == 6 and summary["metrics"]["epoch"] >= 1

@@ -60,7 +60,7 @@ def _drop_anchors(folder: Path) -> None:
 @pytest.fixture(scope="module")
 def bridge_graphs(ray_cluster, tmp_path_factory) -> str:
     """Distractor-setting graphs (directed hyperlink edges, no anchors) of 400 generated bridge questions."""
-    from workflows.build_graphs import build
+    from workflows.graphs import build
 
     root = tmp_path_factory.mktemp("science")
     questions = root / "questions.json"

@@ -17,7 +17,7 @@ from xh.config import load_config
 @pytest.fixture(scope="module")
 def scoring_world(synth_tables, tmp_path_factory, ray_cluster):
     """The generated world's tables with a BM25 index, and dev graphs with gold labels."""
-    from workflows import build_graphs, retrieve
+    from workflows import graphs, retrieve
 
     tables, questions = synth_tables
     root = tmp_path_factory.mktemp("score-world")
@@ -27,7 +27,7 @@ def scoring_world(synth_tables, tmp_path_factory, ray_cluster):
         f"storage.root={root}", "graphs.setting=distractor", "graphs.workers=1",
         f"graphs.questions={tables.parent / 'world' / 'hotpot' / 'questions.json'}",
     ])  # fmt: skip
-    build_graphs.build(graphs_cfg)
+    graphs.build(graphs_cfg)
     return {"root": root, "tables": tables, "questions": questions, "graphs": str(root / "graphs" / "hotpot")}
 
 
@@ -113,7 +113,7 @@ def test_a_challenger_with_another_signature_is_never_promoted(scoring_world, ml
 def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_rows_and_resumes(
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
-    from workflows import batch_score
+    from workflows import score
     from xh.staging import InjectedFailure
     from xh.storage import open_output
 
@@ -135,8 +135,8 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     ]  # fmt: skip
 
     with pytest.raises(InjectedFailure):
-        batch_score.run(load_config(None, [*overrides, "score.fail_before=inference"]))
-    summary = batch_score.run(load_config(None, overrides))
+        score.run(load_config(None, [*overrides, "score.fail_before=inference"]))
+    summary = score.run(load_config(None, overrides))
     assert summary["resumed_stages"] == ["parse", "graphs"]  # the failed run's finished stages were kept
     assert summary["model"]["version"] == "1"
     assert summary["records"] == len(lines) == summary["predictions"] + sum(summary["quarantined"].values())
@@ -151,6 +151,6 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     assert row["model_name"] == name and row["model_version"] == "1" and row["run_id"]
     assert row["corpus_snapshot"].startswith(str(scoring_world["root"]))
 
-    again = batch_score.run(load_config(None, overrides))  # same date and model: replaced, not duplicated
+    again = score.run(load_config(None, overrides))  # same date and model: replaced, not duplicated
     assert again["resumed_stages"] == []
     assert pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").count_rows() == table.num_rows

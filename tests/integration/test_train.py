@@ -18,7 +18,7 @@ from xh.config import load_config
 @pytest.fixture(scope="module")
 def world_graphs(synth_tables, tmp_path_factory) -> str:
     """Distractor-setting graphs of the generated world's 60 questions (no retrieval needed)."""
-    from workflows.build_graphs import build
+    from workflows.graphs import build
 
     tables, _ = synth_tables
     questions = tables.parent / "world" / "hotpot" / "questions.json"

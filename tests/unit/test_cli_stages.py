@@ -7,7 +7,7 @@ import pytest
 
 
 def _xh(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "xh.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return subprocess.run([sys.executable, "-m", "workflows.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -17,8 +17,11 @@ def _xh(*args: str, cwd) -> subprocess.CompletedProcess:
         (["train", "--set", "train.epochs=zero"], "error: config key 'train.epochs'"),
         (["score", "--model", "xh-hotpot@champion", "--input", "."], "error: score.model must be models:/"),
         (["score", "--input", "no/such/folder"], "error: "),
-        (["promote", "--model", "xh-hotpot"], "error: --eval-set is required"),
+        (["promote", "--model", "xh-hotpot"], "error: no evaluation set at runs/demo/graphs/hotpot"),
         (["promote", "--eval-set", "no/such/graphs"], "error: no evaluation set at no/such/graphs"),
+        (["promote", "--min-delta", "-1"], "error: config key 'promote.min_delta'"),
+        (["promote", "--floor", "0"], "error: config key 'promote.floor'"),
+        (["promote", "rollback", "--set", "promote.actoin=rollback"], "error: unknown config key 'promote.actoin'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path):
@@ -26,3 +29,16 @@ def test_bad_input_is_one_line_and_exit_code_2(args, message, tmp_path):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+
+
+def test_every_stage_has_one_name_for_module_command_and_config_section(tmp_path):
+    """`xh config show <stage>` works for each driver module in workflows/, and each runs with `python -m`."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    stages = sorted(p.stem for p in (root / "workflows").glob("*.py") if p.stem not in ("__init__", "common", "cli"))
+    assert {"wiki", "retrieve", "rerank", "graphs", "train", "promote", "score"} <= set(stages)
+    for stage in stages:
+        shown = _xh("config", "show", stage, cwd=tmp_path)
+        assert shown.returncode == 0, (stage, shown.stderr)
+        assert 'if __name__ == "__main__":' in (root / "workflows" / f"{stage}.py").read_text(), stage

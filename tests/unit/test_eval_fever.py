@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from xh.cli import app
+from workflows.cli import app
 from xh.eval import EvalInputError
 from xh.eval.fever import METRIC_KEYS, evaluate_fever, evaluate_fever_files
 

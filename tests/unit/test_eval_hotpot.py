@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from xh.cli import app
+from workflows.cli import app
 from xh.eval import EvalInputError
 from xh.eval.hotpot import METRIC_KEYS, answer_scores, evaluate_hotpot, evaluate_hotpot_files, normalize_answer
 

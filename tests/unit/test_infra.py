@@ -168,7 +168,7 @@ def test_one_project_image_in_every_manifest_the_dockerfile_and_the_aws_cluster(
 
 def test_every_entrypoint_names_a_module_of_this_repository():
     entrypoints = [job["spec"]["entrypoint"] for job in _rayjobs().values()]
-    assert {_module_of(e) for e in entrypoints} >= {"workflows.train", "workflows.batch_score"}
+    assert {_module_of(e) for e in entrypoints} >= {"workflows.train", "workflows.score"}
     for entrypoint in entrypoints:
         module = _module_of(entrypoint)
         path = ROOT / Path(*module.split(".")).with_suffix(".py")
@@ -357,7 +357,7 @@ def test_cronjob_renders_and_applies_the_dated_batch_scoring_rayjob_and_waits_pa
     assert job["kind"] == "RayJob" and job["apiVersion"] == "ray.io/v1"
     assert job["metadata"]["name"] == f"xh-score-{dt.datetime.now(dt.timezone.utc):%Y%m%d}"
     assert {**job, "metadata": None} == {**_rayjobs()["rayjob-score.yaml"], "metadata": None}
-    assert _module_of(job["spec"]["entrypoint"]) == "workflows.batch_score"
+    assert _module_of(job["spec"]["entrypoint"]) == "workflows.score"
     # The wait outlasts the RayJob's own deadline (which ends it), and the Job's deadline outlasts the wait.
     job_spec = _one("CronJob")["spec"]["jobTemplate"]["spec"]
     wait = next(c for c in job_spec["template"]["spec"]["initContainers"] if c["name"] == "wait")

@@ -5,7 +5,7 @@
     per_shard = [build_shard(k, plan.items[i : i + 2000]) for k, i in enumerate(range(0, len(plan.items), 2000))]
     summary = summarize(len(plan.items), plan.quarantined, per_shard, max_node_tokens=512)
 
-`workflows.build_graphs` runs the same with one `ShardBuilder` per Ray actor, one shard per call.
+`workflows.graphs` runs the same with one `ShardBuilder` per Ray actor, one shard per call.
 
 A plan (`TaskPlan`) holds a task's inputs, one JSON-able item per question, and a factory, run once
 per builder, of the function that turns a list of items into (graph rows, quarantine rows, flag

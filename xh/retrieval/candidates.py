@@ -11,7 +11,7 @@ Three sources, each a row of the `candidates` table (`xh.schemas.CANDIDATES`):
 
 `ranker` says what ordered each row. Without a re-ranker: `bm25` (ir, and exp ranked by BM25 against
 the question), `commonness` (el), `links` (exp of a question with no BM25 terms). With one
-(`RetrieveConfig.reranker`, a folder written by `workflows.train_reranker`), every row says
+(`RetrieveConfig.reranker`, a folder written by `workflows.rerank`), every row says
 `reranker` and its `score` is the cross-encoder's logit:
 
     ir   all `ir_candidates` BM25 documents re-ordered by the re-ranker (graphs keep its top `ir_keep`)

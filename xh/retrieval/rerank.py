@@ -3,7 +3,7 @@
 The paper re-ranks BM25's top 100 with a BERT cross-encoder and keeps the top 2 (D_ir), keeps the
 top entity per linked surface (D_el) and the top 15 hyperlink neighbours (D_exp). This module holds
 the model, its training examples and its files; `xh.train.rerank` trains it on Ray Train (the
-driver is `workflows/train_reranker.py`) and `xh.retrieval.candidates.Retriever` uses it.
+driver is `workflows/rerank.py`) and `xh.retrieval.candidates.Retriever` uses it.
 
     encoder = CrossEncoder.from_backbone("bert-base-uncased", max_length=256)   # or a local folder
     encoder.score("Where was the director of Arden Works born?", ["Arden Works. ...", "..."])  # logits

@@ -1,6 +1,6 @@
 """The re-ranker's Ray Train worker loop (`xh.retrieval.rerank.CrossEncoder`, binary cross-entropy per pair).
 
-`workflows.train_reranker` reads the pairs and plans the steps on the driver, then hands
+`workflows.rerank` reads the pairs and plans the steps on the driver, then hands
 `train_loop_per_worker` to a `TorchTrainer`:
 
     examples = training_examples(cfg.rerank, tables_uri, s3)     # xh.retrieval.rerank: Example pairs

@@ -1,7 +1,7 @@
 """Wikipedia dump files -> the docs / links / redirects / anchors / quarantine tables.
 
 The work comes in two halves, each a set of independent calls that the driver
-(`workflows/process_wiki.py`) spreads over Ray workers and a plain loop can run too (the
+(`workflows/wiki.py`) spreads over Ray workers and a plain loop can run too (the
 benchmark's baseline does):
 
 1. `stage_file` — once per input file: read it with the reader of its format, write its docs and

@@ -3,7 +3,7 @@
     xh graphs build                                                    # retrieval setting, from <root>/retrieval
     xh graphs build --set graphs.setting=distractor \\
         --set graphs.questions=../shared/data/hotpotqa/hotpot_train_sample500.json
-    python -m workflows.build_graphs --config my.yaml --set graphs.edge_mode=bidirectional
+    python -m workflows.graphs --config my.yaml --set graphs.edge_mode=bidirectional
 
     xh.graph.store.read_graphs("runs/demo/graphs/hotpot")             # the result, as a Ray dataset (trainer)
 
@@ -112,4 +112,4 @@ def run(cfg: XHConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main("build_graphs", run)
+    main("graphs", run)

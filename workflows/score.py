@@ -1,7 +1,7 @@
 """Batch scoring: new questions -> retrieval -> evidence graphs -> the champion model -> predictions.
 
     xh score --set score.input=s3://bucket/incoming/2026-11-22/ --set score.model=models:/xh-hotpot@champion
-    python -m workflows.batch_score --config configs/demo.yaml
+    python -m workflows.score --config configs/demo.yaml
 
 Three Ray Data stages, each written under a staging folder before the next starts (`xh.staging`), so
 a failed run re-run for the same date and model resumes after the last finished stage:
@@ -190,4 +190,4 @@ def run(cfg: XHConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main("batch_score", run)
+    main("score", run)

@@ -1,6 +1,6 @@
 """Wikipedia dump -> docs / links / redirects / anchors / quarantine tables, on Ray Data.
 
-    python -m workflows.process_wiki --config configs/demo.yaml \\
+    python -m workflows.wiki --config configs/demo.yaml \\
         --set wiki.format=mediawiki --set 'wiki.inputs=[../shared/data/wiki]'
     xh wiki process --format hotpot --input runs/demo/world/wiki --output runs/demo/tables
 
@@ -105,4 +105,4 @@ def run(cfg: XHConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main("process_wiki", run)
+    main("wiki", run)

@@ -1,7 +1,7 @@
 """Train the cross-encoder re-ranker on Ray Train: relevance labels from HotpotQA supporting facts.
 
     xh retrieve train-reranker --set rerank.questions=hotpot_train_v1.1.json --set rerank.workers=2
-    python -m workflows.train_reranker --config my.yaml --set rerank.max_questions=400
+    python -m workflows.rerank --config my.yaml --set rerank.max_questions=400
     xh retrieve run --questions dev.json --set retrieve.reranker=runs/demo/models/reranker
 
 Pairs from `rerank.questions` or `rerank.retrieval` (`xh.retrieval.rerank.training_examples`) go to a
@@ -95,4 +95,4 @@ def run(cfg: XHConfig) -> dict:
 
 
 if __name__ == "__main__":
-    main("train_reranker", run)
+    main("rerank", run)
