@@ -27,7 +27,7 @@ demo: install
 	$(PY) -m workflows.demo --config configs/demo.yaml
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: install
+test: install lint
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

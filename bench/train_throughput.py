@@ -35,8 +35,8 @@ import torch  # noqa: F401  (imported before ray.init: see ../shared/NOTES.md)
 
 def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, str, int]:
     """(train folder, dev folder, graphs) of the file's first `questions` records; dev = the first 4 graphs."""
-    from xh.graph import store
     from xh.config import GraphsConfig
+    from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 
     items, _ = read_distractor_questions(hotpot_file)
@@ -76,9 +76,8 @@ def main() -> None:
     import ray
 
     from workflows.train import fit
-    from xh.config import load_config
-
     from xh.backbones import resolve_backbone
+    from xh.config import load_config
 
     backbone = resolve_backbone(args.backbone)
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,15 +88,27 @@ def main() -> None:
         figures: dict[str, float] = {}
         try:
             for workers in (1, 2):
-                cfg = load_config(None, [
-                    f"storage.root={root}", f"mlflow.tracking_uri={tracking}",
-                    f"mlflow.artifact_location={root}/artifacts",
-                    f"model.backbone={backbone}", f"model.max_node_tokens={args.max_node_tokens}",
-                    f"train.graphs={train}", f"train.dev_graphs={dev}", f"train.run_name=throughput-{workers}w",
-                    f"train.workers={workers}", "train.cpus_per_worker=1", f"train.threads_per_worker={args.threads}",
-                    f"train.batch_graphs={args.batch_graphs}", f"train.max_steps={args.steps}", "train.epochs=100",
-                    "train.register_as=null", "train.attention_figures=false",
-                ])  # fmt: skip
+                cfg = load_config(
+                    None,
+                    [
+                        f"storage.root={root}",
+                        f"mlflow.tracking_uri={tracking}",
+                        f"mlflow.artifact_location={root}/artifacts",
+                        f"model.backbone={backbone}",
+                        f"model.max_node_tokens={args.max_node_tokens}",
+                        f"train.graphs={train}",
+                        f"train.dev_graphs={dev}",
+                        f"train.run_name=throughput-{workers}w",
+                        f"train.workers={workers}",
+                        "train.cpus_per_worker=1",
+                        f"train.threads_per_worker={args.threads}",
+                        f"train.batch_graphs={args.batch_graphs}",
+                        f"train.max_steps={args.steps}",
+                        "train.epochs=100",
+                        "train.register_as=null",
+                        "train.attention_figures=false",
+                    ],
+                )
                 start = time.perf_counter()
                 outcome = fit(cfg)
                 figures[f"fit_seconds_{workers}w"] = round(time.perf_counter() - start, 1)
@@ -106,14 +117,24 @@ def main() -> None:
                 figures[f"tokens_per_s_{workers}w"] = round(tokens_s, 1)
         finally:
             ray.shutdown()
-    print(json.dumps({
-        "name": "train_2w_vs_1w",
-        **figures,
-        "ratio": round(figures["graphs_per_s_2w"] / figures["graphs_per_s_1w"], 3),
-        "graphs": num_graphs, "steps": args.steps, "batch_graphs_per_worker": args.batch_graphs,
-        "max_node_tokens": args.max_node_tokens, "threads_per_worker": args.threads, "ray_cpus": args.cpus,
-        "backbone": backbone, "machine": platform.machine(), "torch_threads": torch.get_num_threads(),
-    }))
+    print(
+        json.dumps(
+            {
+                "name": "train_2w_vs_1w",
+                **figures,
+                "ratio": round(figures["graphs_per_s_2w"] / figures["graphs_per_s_1w"], 3),
+                "graphs": num_graphs,
+                "steps": args.steps,
+                "batch_graphs_per_worker": args.batch_graphs,
+                "max_node_tokens": args.max_node_tokens,
+                "threads_per_worker": args.threads,
+                "ray_cpus": args.cpus,
+                "backbone": backbone,
+                "machine": platform.machine(),
+                "torch_threads": torch.get_num_threads(),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

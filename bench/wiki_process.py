@@ -34,9 +34,17 @@ def generate(num_docs: int, docs_per_shard: int, cache: Path) -> Path:
     world = cache / f"world-{num_docs}-{docs_per_shard}"
     if not (world / "world" / "truth" / "summary.json").exists():
         shutil.rmtree(world, ignore_errors=True)
-        cfg = load_config(None, [f"storage.root={world}", f"synth.num_docs={num_docs}",
-                                 f"synth.docs_per_shard={docs_per_shard}", "synth.num_questions=10",
-                                 "synth.num_claims=10", "synth.fever_pages=false"])  # fmt: skip
+        cfg = load_config(
+            None,
+            [
+                f"storage.root={world}",
+                f"synth.num_docs={num_docs}",
+                f"synth.docs_per_shard={docs_per_shard}",
+                "synth.num_questions=10",
+                "synth.num_claims=10",
+                "synth.fever_pages=false",
+            ],
+        )
         print(f"generating {num_docs:,} documents ...", flush=True)
         print(json.dumps(synth_workflow.run(cfg)), flush=True)
     return world / "world" / "wiki"
@@ -75,15 +83,26 @@ def main() -> None:
 
     results = {}
     for workers in (1, 2):
-        cfg = load_config(None, ["wiki.format=hotpot", f"wiki.inputs=['{dump}']", f"wiki.output={out / f'ray-{workers}'}",
-                                 f"wiki.workers={workers}", f"wiki.partitions={args.partitions}"])  # fmt: skip
+        cfg = load_config(
+            None,
+            [
+                "wiki.format=hotpot",
+                f"wiki.inputs=['{dump}']",
+                f"wiki.output={out / f'ray-{workers}'}",
+                f"wiki.workers={workers}",
+                f"wiki.partitions={args.partitions}",
+            ],
+        )
         start = time.perf_counter()
         summary = wiki.run(cfg)
         seconds = time.perf_counter() - start
         assert {k: summary[k] for k in loop} == loop, "the pipeline and the loop disagree"
         results[workers] = {"seconds": seconds, "read_seconds": summary["read_seconds"]}
-        print(f"ray data, {workers} worker(s): {summary['docs'] / seconds:,.0f} docs/s ({seconds:.1f} s; "
-              f"read half {summary['read_seconds']:.1f} s)", flush=True)  # fmt: skip
+        print(
+            f"ray data, {workers} worker(s): {summary['docs'] / seconds:,.0f} docs/s ({seconds:.1f} s; "
+            f"read half {summary['read_seconds']:.1f} s)",
+            flush=True,
+        )
 
     docs = loop["docs"]
     rate = lambda s: docs / s  # noqa: E731

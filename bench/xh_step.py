@@ -40,8 +40,12 @@ DEFAULT_HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotp
 
 def node_arrays(tokenizer, question: str, sentences: list[str], max_tokens: int) -> dict:
     enc = tokenizer(
-        question, "".join(sentences), truncation="only_second", max_length=max_tokens,
-        return_offsets_mapping=True, return_token_type_ids=True,
+        question,
+        "".join(sentences),
+        truncation="only_second",
+        max_length=max_tokens,
+        return_offsets_mapping=True,
+        return_token_type_ids=True,
     )
     in_paragraph = np.array([s == 1 for s in enc.sequence_ids()])
     offsets = np.array(enc["offset_mapping"], np.int64)
@@ -95,15 +99,24 @@ def build_graphs(tokenizer, hotpot: Path | None, count: int, max_tokens: int, se
         chain = [(i, i + 1) for i in range(n - 1)] + [(i + 1, i) for i in range(n - 1)]
         graphs.append(
             EncodedGraph(
-                qid=f"g{k}", task="hotpot",
-                input_ids=[x["input_ids"] for x in nodes], token_type_ids=[x["token_type_ids"] for x in nodes],
-                paragraph_mask=[x["paragraph_mask"] for x in nodes], offsets=[x["offsets"] for x in nodes],
-                sentence_ids=[x["sentence_ids"] for x in nodes], edges=np.array(chain, np.int64).reshape(-1, 2),
-                node_doc_ids=[str(i) for i in range(n)], node_titles=[str(i) for i in range(n)],
-                node_paragraphs=[""] * n, num_sentences=np.array([x["num_sentences"] for x in nodes], np.int64),
-                node_lines=np.full(n, -1, np.int64), node_relevance=rng.integers(0, 2, n),
-                node_has_answer=np.full(n, -1, np.int64), answer_spans=np.zeros((0, 3), np.int64),
-                answer_type=0, sentence_labels=[rng.integers(0, 2, x["num_sentences"]) for x in nodes],
+                qid=f"g{k}",
+                task="hotpot",
+                input_ids=[x["input_ids"] for x in nodes],
+                token_type_ids=[x["token_type_ids"] for x in nodes],
+                paragraph_mask=[x["paragraph_mask"] for x in nodes],
+                offsets=[x["offsets"] for x in nodes],
+                sentence_ids=[x["sentence_ids"] for x in nodes],
+                edges=np.array(chain, np.int64).reshape(-1, 2),
+                node_doc_ids=[str(i) for i in range(n)],
+                node_titles=[str(i) for i in range(n)],
+                node_paragraphs=[""] * n,
+                num_sentences=np.array([x["num_sentences"] for x in nodes], np.int64),
+                node_lines=np.full(n, -1, np.int64),
+                node_relevance=rng.integers(0, 2, n),
+                node_has_answer=np.full(n, -1, np.int64),
+                answer_spans=np.zeros((0, 3), np.int64),
+                answer_type=0,
+                sentence_labels=[rng.integers(0, 2, x["num_sentences"]) for x in nodes],
             )
         )
     return graphs, source
@@ -121,8 +134,11 @@ def pad_to(batch, length: int):
         return torch.nn.functional.pad(t, (0, extra), value=value)
 
     return replace(
-        batch, input_ids=pad(batch.input_ids, 0), attention_mask=pad(batch.attention_mask, 0),
-        token_type_ids=pad(batch.token_type_ids, 0), paragraph_mask=pad(batch.paragraph_mask, False),
+        batch,
+        input_ids=pad(batch.input_ids, 0),
+        attention_mask=pad(batch.attention_mask, 0),
+        token_type_ids=pad(batch.token_type_ids, 0),
+        paragraph_mask=pad(batch.paragraph_mask, False),
         sentence_ids=pad(batch.sentence_ids, -1),
     )
 
@@ -139,8 +155,13 @@ def tiny_backbone(folder: Path) -> str:
 
     vocab = Path(__file__).resolve().parents[2] / "shared" / "models" / "bert-base-uncased-vocab" / "vocab.txt"
     tokenizer = BertTokenizerFast(vocab=str(vocab))
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=128, num_hidden_layers=4,
-                        num_attention_heads=4, intermediate_size=512)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=512,
+    )
     torch.manual_seed(0)
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -175,12 +196,15 @@ def main() -> None:
             backbone = resolve_backbone(None)
         torch.manual_seed(args.seed)
         model = XHModel.from_backbone(ModelConfig(backbone=backbone, hop_layers=args.hop_layers)).train()
-    graphs, source = build_graphs(
-        model.tokenizer, args.hotpot, args.graphs, args.max_node_tokens, args.seed
-    )
-    common = {"backbone": "tiny-4x128" if args.tiny else backbone, "hop_layers": args.hop_layers,
-              "threads": args.threads, "graphs_from": source, "python": platform.python_version(),
-              "torch": torch.__version__}
+    graphs, source = build_graphs(model.tokenizer, args.hotpot, args.graphs, args.max_node_tokens, args.seed)
+    common = {
+        "backbone": "tiny-4x128" if args.tiny else backbone,
+        "hop_layers": args.hop_layers,
+        "threads": args.threads,
+        "graphs_from": source,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
 
     # --- xh_vs_backbone: one packed batch of nodes, encoder forward + backward -----------------------
     batch = collate([graphs[k] for k in pack_batches(graphs, args.token_budget)[0]])
@@ -207,14 +231,24 @@ def main() -> None:
         times["model"].append(step_seconds(xh_model))
     xh_s, backbone_s = min(times["xh"]), min(times["backbone"])  # (wall, cpu) pairs, best wall
     xh_cpu, backbone_cpu = min(t[1] for t in times["xh"]), min(t[1] for t in times["backbone"])
-    print(json.dumps({
-        "name": "xh_vs_backbone", "ratio": round(xh_s[0] / backbone_s[0], 4), "target": "<= 1.10",
-        "xh_seconds": round(xh_s[0], 4), "backbone_seconds": round(backbone_s[0], 4),
-        "ratio_cpu_time": round(xh_cpu / backbone_cpu, 4),
-        "xh_model_seconds": round(min(times["model"])[0], 4),
-        "nodes": batch.num_nodes, "padded_tokens": batch.input_ids.numel(), "real_tokens": batch.num_real_tokens,
-        **common,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": "xh_vs_backbone",
+                "ratio": round(xh_s[0] / backbone_s[0], 4),
+                "target": "<= 1.10",
+                "xh_seconds": round(xh_s[0], 4),
+                "backbone_seconds": round(backbone_s[0], 4),
+                "ratio_cpu_time": round(xh_cpu / backbone_cpu, 4),
+                "xh_model_seconds": round(min(times["model"])[0], 4),
+                "nodes": batch.num_nodes,
+                "padded_tokens": batch.input_ids.numel(),
+                "real_tokens": batch.num_real_tokens,
+                **common,
+            }
+        ),
+        flush=True,
+    )
 
     # --- packed_vs_single: the whole model over all graphs, two ways of batching ---------------------
     packed = [collate([graphs[k] for k in indices]) for indices in pack_batches(graphs, args.token_budget)]
@@ -226,7 +260,7 @@ def main() -> None:
         wall = cpu = 0.0
         for b in batches:
             model.zero_grad(set_to_none=True)
-            step_wall, step_cpu = step_seconds(lambda: model(b).loss.backward())
+            step_wall, step_cpu = step_seconds(lambda b=b: model(b).loss.backward())
             wall, cpu = wall + step_wall, cpu + step_cpu
         return wall, cpu
 
@@ -237,16 +271,27 @@ def main() -> None:
         single_s.append(epoch(single))
     packed_tps, single_tps = real_tokens / min(packed_s)[0], real_tokens / min(single_s)[0]
     cpu_ratio = min(t[1] for t in single_s) / min(t[1] for t in packed_s)
-    print(json.dumps({
-        "name": "packed_vs_single", "ratio": round(packed_tps / single_tps, 4), "target": ">= 1.5",
-        "ratio_cpu_time": round(cpu_ratio, 4),
-        "packed_tokens_per_s": round(packed_tps, 1), "single_tokens_per_s": round(single_tps, 1),
-        "graphs": len(graphs), "real_tokens": real_tokens, "packed_batches": len(packed),
-        "packed_padded_tokens": sum(b.input_ids.numel() for b in packed),
-        "single_padded_tokens": sum(b.input_ids.numel() for b in single),
-        "token_budget": args.token_budget, "max_node_tokens": args.max_node_tokens,
-        **common,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": "packed_vs_single",
+                "ratio": round(packed_tps / single_tps, 4),
+                "target": ">= 1.5",
+                "ratio_cpu_time": round(cpu_ratio, 4),
+                "packed_tokens_per_s": round(packed_tps, 1),
+                "single_tokens_per_s": round(single_tps, 1),
+                "graphs": len(graphs),
+                "real_tokens": real_tokens,
+                "packed_batches": len(packed),
+                "packed_padded_tokens": sum(b.input_ids.numel() for b in packed),
+                "single_padded_tokens": sum(b.input_ids.numel() for b in single),
+                "token_budget": args.token_budget,
+                "max_node_tokens": args.max_node_tokens,
+                **common,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -94,11 +94,19 @@ def mlflow_server(tmp_path_factory, s3_endpoint: S3Settings) -> str:
     port = _free_port()
     log = work / "server.log"
     cmd = [
-        str(BIN / "mlflow"), "server",
-        "--backend-store-uri", f"sqlite:///{work / 'mlflow.db'}",
-        "--artifacts-destination", f"s3://{TEST_BUCKET}/mlflow-artifacts",
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-    ]  # fmt: skip
+        str(BIN / "mlflow"),
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{work / 'mlflow.db'}",
+        "--artifacts-destination",
+        f"s3://{TEST_BUCKET}/mlflow-artifacts",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     env = {**os.environ, **s3_endpoint.env()}
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, cwd=work)
@@ -225,4 +233,3 @@ def pytest_collection_modifyitems(config, items):
                 cuda = torch.cuda.is_available()
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason="needs CUDA"))
-

@@ -14,8 +14,9 @@ unknown key, a bad value) are one line on stderr and exit code 2; the summary is
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from importlib import import_module
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 import yaml
@@ -23,11 +24,13 @@ import yaml
 from workflows.common import USER_ERRORS, configure_logging
 from xh.config import ConfigError, XHConfig, load_config, stage_dict
 
-app = typer.Typer(help="Transformer-XH on Ray: multi-hop QA and fact verification over Wikipedia.", no_args_is_help=True)
+app = typer.Typer(
+    help="Transformer-XH on Ray: multi-hop QA and fact verification over Wikipedia.", no_args_is_help=True
+)
 
-Config = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML file of config sections")]
+Config = Annotated[str | None, typer.Option("--config", "-c", help="YAML file of config sections")]
 Sets = Annotated[
-    Optional[list[str]], typer.Option("--set", "-s", help="override, e.g. --set synth.num_docs=500 (repeatable)")
+    list[str] | None, typer.Option("--set", "-s", help="override, e.g. --set synth.num_docs=500 (repeatable)")
 ]
 
 
@@ -53,7 +56,7 @@ def flags(section: str, **values) -> list[str]:
     ]
 
 
-def run_stage(stage: str, config: Optional[str], overrides: Optional[list[str]], extra: list[str] = ()) -> None:
+def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = ()) -> None:
     """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
     run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
     try:
@@ -89,17 +92,19 @@ def demo(config: Config = None, overrides: Sets = None) -> None:
     run_stage("demo", config, overrides)
 
 
-wiki_app = typer.Typer(help="Wikipedia dumps -> docs / links / redirects / anchors / quarantine tables.", no_args_is_help=True)
+wiki_app = typer.Typer(
+    help="Wikipedia dumps -> docs / links / redirects / anchors / quarantine tables.", no_args_is_help=True
+)
 app.add_typer(wiki_app, name="wiki")
 
 
 @wiki_app.command("process")
 def wiki_process(
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="hotpot, mediawiki or fever")] = None,
+    format: Annotated[str | None, typer.Option("--format", "-f", help="hotpot, mediawiki or fever")] = None,
     inputs: Annotated[
-        Optional[list[str]], typer.Option("--input", "-i", help="dump file or folder, local or s3:// (repeatable)")
+        list[str] | None, typer.Option("--input", "-i", help="dump file or folder, local or s3:// (repeatable)")
     ] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="default <storage.root>/tables")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="default <storage.root>/tables")] = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
@@ -110,7 +115,7 @@ def wiki_process(
 retrieve_app = typer.Typer(help="BM25 + entity linking + hyperlink expansion -> candidates.", no_args_is_help=True)
 app.add_typer(retrieve_app, name="retrieve")
 Questions = Annotated[
-    Optional[str], typer.Option("--questions", help="HotpotQA question file (JSON array), local or s3://")
+    str | None, typer.Option("--questions", help="HotpotQA question file (JSON array), local or s3://")
 ]
 
 
@@ -140,8 +145,8 @@ def retrieve_all(questions: Questions = None, config: Config = None, overrides: 
 
 @app.command()
 def rerank(
-    questions: Annotated[Optional[str], typer.Option("--questions", help="HotpotQA file, distractor format")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="default <storage.root>/models/reranker")] = None,
+    questions: Annotated[str | None, typer.Option("--questions", help="HotpotQA file, distractor format")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="default <storage.root>/models/reranker")] = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
@@ -155,9 +160,9 @@ app.add_typer(graphs_app, name="graphs")
 
 @graphs_app.command("build")
 def graphs_build(
-    task: Annotated[Optional[str], typer.Option("--task", "-t", help="hotpot or fever")] = None,
-    setting: Annotated[Optional[str], typer.Option("--setting", help="retrieval or distractor")] = None,
-    questions: Annotated[Optional[str], typer.Option("--questions", help="distractor setting: file with contexts")] = None,
+    task: Annotated[str | None, typer.Option("--task", "-t", help="hotpot or fever")] = None,
+    setting: Annotated[str | None, typer.Option("--setting", help="retrieval or distractor")] = None,
+    questions: Annotated[str | None, typer.Option("--questions", help="distractor setting: file with contexts")] = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
@@ -173,17 +178,17 @@ def train(config: Config = None, overrides: Sets = None) -> None:
 
 promote_app = typer.Typer(help="Move the champion alias in the MLflow registry.", invoke_without_command=True)
 app.add_typer(promote_app, name="promote")
-Model = Annotated[Optional[str], typer.Option("--model", help="registered model name (promote.model)")]
+Model = Annotated[str | None, typer.Option("--model", help="registered model name (promote.model)")]
 
 
 @promote_app.callback()
 def promote(
     ctx: typer.Context,
     model: Model = None,
-    eval_set: Annotated[Optional[str], typer.Option("--eval-set", help="graphs folder with gold labels")] = None,
-    metric: Annotated[Optional[str], typer.Option("--metric", help="f1, em, joint_f1, label_accuracy, ...")] = None,
-    min_delta: Annotated[Optional[float], typer.Option("--min-delta", help="points the challenger must win by")] = None,
-    floor: Annotated[Optional[float], typer.Option("--floor", help="score (x100) the first model must reach")] = None,
+    eval_set: Annotated[str | None, typer.Option("--eval-set", help="graphs folder with gold labels")] = None,
+    metric: Annotated[str | None, typer.Option("--metric", help="f1, em, joint_f1, label_accuracy, ...")] = None,
+    min_delta: Annotated[float | None, typer.Option("--min-delta", help="points the challenger must win by")] = None,
+    floor: Annotated[float | None, typer.Option("--floor", help="score (x100) the first model must reach")] = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
@@ -202,8 +207,10 @@ def promote_rollback(model: Model = None, config: Config = None, overrides: Sets
 
 @app.command()
 def score(
-    input: Annotated[Optional[str], typer.Option("--input", help="question files or folder (JSON lines / Parquet)")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="e.g. models:/xh-hotpot@champion")] = None,
+    input: Annotated[
+        str | None, typer.Option("--input", help="question files or folder (JSON lines / Parquet)")
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="e.g. models:/xh-hotpot@champion")] = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from xh.config import ConfigError, XHConfig, from_argv
 from xh.storage import S3Settings

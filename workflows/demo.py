@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import bz2
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -32,11 +31,10 @@ import pyarrow.dataset as pads
 
 from workflows import graphs, retrieve, score, synth, train, wiki
 from workflows.common import init_ray, log, main, s3_settings
-from xh.config import XHConfig
 from xh.backbones import resolve_backbone
+from xh.config import XHConfig
 from xh.storage import join, open_input, open_output, resolve
 from xh.tracking import flatten_numbers, stage_run
-
 
 
 def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
@@ -139,8 +137,9 @@ def train_question_classifier(cfg: XHConfig) -> dict:
     with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
         questions = json.loads(f.read())
     split = {held: [q for q in questions if in_dev_split(q["_id"], cfg.train.dev_fraction) == held] for held in (0, 1)}
-    classifier = QuestionTypeClassifier.train([q["question"] for q in split[0]], [q["type"] for q in split[0]],
-                                              cfg.model.backbone, seed=cfg.train.seed)  # fmt: skip
+    classifier = QuestionTypeClassifier.train(
+        [q["question"] for q in split[0]], [q["type"] for q in split[0]], cfg.model.backbone, seed=cfg.train.seed
+    )
     classifier.save(_classifier_dir(cfg))
     report = evaluate(classifier, [q["question"] for q in split[1]], [q["type"] for q in split[1]])
     return {"held_out_accuracy": report["accuracy"], "train_questions": len(split[0]), "path": _classifier_dir(cfg)}
@@ -162,8 +161,11 @@ def score_new_questions(cfg: XHConfig) -> dict:
     incoming = join(cfg.storage.root, "incoming")
     with open_output(join(incoming, f"{date.today().isoformat()}.jsonl"), s3_settings(cfg)) as out:
         out.write("".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions).encode())
-    update = {"input": incoming, "model": f"models:/{cfg.train.register_as}@champion",
-              "question_classifier": _classifier_dir(cfg)}  # fmt: skip
+    update = {
+        "input": incoming,
+        "model": f"models:/{cfg.train.register_as}@champion",
+        "question_classifier": _classifier_dir(cfg),
+    }
     summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
     fs, path = resolve(summary["output"], s3_settings(cfg))
     scored = pads.dataset(path, filesystem=fs, format="parquet").to_table(columns=["qid", "answer"]).to_pylist()
@@ -188,14 +190,23 @@ def summary_table(summary: dict) -> str:
         ("world", f"{s['synth']['docs']} docs, {s['check']['true_links']} links checked against the truth"),
         ("retrieval", f"graph Supp recall {s['retrieve']['eval']['all']['graph.supp_recall']:.3f}"),
         ("graphs", f"{s['graphs']['graphs']} graphs, {s['graphs']['quarantined']} quarantined"),
-        ("training", f"{s['train']['step']} steps on {s['train']['train_graphs']} graphs; "
-                     f"registered {s['train']['registered']['name']} v{s['train']['registered']['version']}"),
-        ("held-out (official)", f"EM {ev['em']:.3f}  F1 {ev['f1']:.3f}  Sup F1 {ev['sp_f1']:.3f}  "
-                                f"Joint F1 {ev['joint_f1']:.3f}  ({ev['questions']} questions)"),
+        (
+            "training",
+            f"{s['train']['step']} steps on {s['train']['train_graphs']} graphs; "
+            f"registered {s['train']['registered']['name']} v{s['train']['registered']['version']}",
+        ),
+        (
+            "held-out (official)",
+            f"EM {ev['em']:.3f}  F1 {ev['f1']:.3f}  Sup F1 {ev['sp_f1']:.3f}  "
+            f"Joint F1 {ev['joint_f1']:.3f}  ({ev['questions']} questions)",
+        ),
         ("question types", f"classifier accuracy {s['question_types']['held_out_accuracy']:.3f} on held-out questions"),
         ("promotion", f"{'promoted' if s['promote']['promoted'] else 'kept champion'}: {s['promote']['reason']}"),
-        ("batch scoring", f"{scored['predictions']} predictions, {sum(scored['quarantined'].values())} quarantined, "
-                          f"answer EM {scored['answer_em']:.3f}, {scored['questions_per_s']} questions/s"),
+        (
+            "batch scoring",
+            f"{scored['predictions']} predictions, {sum(scored['quarantined'].values())} quarantined, "
+            f"answer EM {scored['answer_em']:.3f}, {scored['questions_per_s']} questions/s",
+        ),
         ("predictions", scored["output"]),
         ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
     ]

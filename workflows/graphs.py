@@ -72,8 +72,11 @@ def build(cfg: XHConfig) -> dict:
     if shards:
         init_ray(cfg)
         workers = min(g.workers, len(shards))
-        log("graphs", f"building {g.task} graphs ({g.setting}) for {len(plan.items):,} questions in {len(shards)} "
-                      f"shard(s) with {workers} actor(s) -> {p['output']}")  # fmt: skip
+        log(
+            "graphs",
+            f"building {g.task} graphs ({g.setting}) for {len(plan.items):,} questions in {len(shards)} "
+            f"shard(s) with {workers} actor(s) -> {p['output']}",
+        )
         per_shard = (
             ray.data.from_items(shards, override_num_blocks=len(shards))
             .map_batches(
@@ -81,14 +84,27 @@ def build(cfg: XHConfig) -> dict:
                 batch_size=1,
                 compute=ActorPoolStrategy(size=workers),
                 num_cpus=g.cpus_per_worker,
-                fn_constructor_args=(plan.make_builder, p["output"], p["quarantine"], g.tokenizer, g.max_node_tokens, s3),
+                fn_constructor_args=(
+                    plan.make_builder,
+                    p["output"],
+                    p["quarantine"],
+                    g.tokenizer,
+                    g.max_node_tokens,
+                    s3,
+                ),
             )
             .take_all()
         )
     if sum(r["items"] for r in per_shard) != len(plan.items):
-        raise RuntimeError(f"{len(plan.items)} questions went to the builders but {sum(r['items'] for r in per_shard)} came back")
-    summary = {"task": g.task, "setting": g.setting, "edge_mode": g.edge_mode,
-               **summarize(len(plan.items), plan.quarantined, per_shard, g.max_node_tokens)}  # fmt: skip
+        raise RuntimeError(
+            f"{len(plan.items)} questions went to the builders but {sum(r['items'] for r in per_shard)} came back"
+        )
+    summary = {
+        "task": g.task,
+        "setting": g.setting,
+        "edge_mode": g.edge_mode,
+        **summarize(len(plan.items), plan.quarantined, per_shard, g.max_node_tokens),
+    }
     if summary["questions"] != summary["graphs"] + summary["quarantined"]:
         raise RuntimeError(f"questions in != graphs out + quarantined: {summary}")
     summary.update(output=p["output"], quarantine=p["quarantine"], seconds=round(time.perf_counter() - start, 3))

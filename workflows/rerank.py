@@ -20,7 +20,7 @@ from workflows.common import init_ray, log, main, s3_settings
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
 from xh.retrieval.rerank import training_examples
-from xh.storage import upload_folder, is_s3, join, resolve
+from xh.storage import is_s3, join, resolve, upload_folder
 from xh.tracking import absolute_tracking
 from xh.train.rerank import RUN_NAME, train_loop_per_worker
 from xh.train.worker import plan_steps
@@ -32,8 +32,11 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
     if not is_s3(output):
         output = str(Path(output).resolve())  # workers may run in another working directory
     storage = r.storage_path or output.rstrip("/") + "-checkpoints"
-    return {"output": output, "storage": storage if is_s3(storage) else str(Path(storage).resolve()),
-            "tables": r.tables or join(root, "tables")}  # fmt: skip
+    return {
+        "output": output,
+        "storage": storage if is_s3(storage) else str(Path(storage).resolve()),
+        "tables": r.tables or join(root, "tables"),
+    }
 
 
 def run(cfg: XHConfig) -> dict:
@@ -55,7 +58,10 @@ def run(cfg: XHConfig) -> dict:
         "batches_per_epoch": plan.batches_per_epoch,
         "steps": plan.total_steps,
     }
-    log("rerank", f"{len(examples)} pairs ({sum(e.label for e in examples):.0f} positive); {summary}; backbone {backbone}")
+    log(
+        "rerank",
+        f"{len(examples)} pairs ({sum(e.label for e in examples):.0f} positive); {summary}; backbone {backbone}",
+    )
     init_ray(cfg)
     start = time.perf_counter()
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None

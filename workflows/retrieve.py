@@ -56,7 +56,10 @@ def build_index(cfg: XHConfig) -> dict:
     ranges = doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
     if not ranges or not sum(g["num_docs"] for g in ranges):
         raise FileNotFoundError(f"no documents under {paths['tables']}/docs: run `xh wiki process` first")
-    log("retrieve", f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {paths['index']}")
+    log(
+        "retrieve",
+        f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {paths['index']}",
+    )
 
     def over_ranges(fn):
         """`fn(range)` for each doc range, one Ray Data task each (ranges and results travel as JSON)."""
@@ -70,10 +73,17 @@ def build_index(cfg: XHConfig) -> dict:
 
     stats = CorpusStats.merge(CorpusStats(**part) for part in over_ranges(partial_stats))
     stats_ref = ray.put(stats)
-    shards = over_ranges(lambda doc_range: build_shard(doc_range, ray.get(stats_ref), paths["index"], r.index_titles, s3))
+    shards = over_ranges(
+        lambda doc_range: build_shard(doc_range, ray.get(stats_ref), paths["index"], r.index_titles, s3)
+    )
     write_manifest(paths["index"], stats, shards, paths["tables"], r.index_titles, s3)
-    return {"index": paths["index"], "docs": stats.num_docs, "shards": len(shards),
-            "vocabulary": len(stats.doc_freqs), "seconds": round(time.perf_counter() - start, 3)}  # fmt: skip
+    return {
+        "index": paths["index"],
+        "docs": stats.num_docs,
+        "shards": len(shards),
+        "vocabulary": len(stats.doc_freqs),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
 
 
 class _QueryActor:
@@ -101,8 +111,10 @@ def check_inputs(cfg: XHConfig) -> None:
 
         fs, config = resolve(join(cfg.retrieve.reranker, RERANKER_CONFIG), s3)
         if fs.get_file_info(config).type.name == "NotFound":
-            raise FileNotFoundError(f"no re-ranker at {cfg.retrieve.reranker} (missing {RERANKER_CONFIG}): "
-                                    "train one with `xh retrieve train-reranker`")  # fmt: skip
+            raise FileNotFoundError(
+                f"no re-ranker at {cfg.retrieve.reranker} (missing {RERANKER_CONFIG}): "
+                "train one with `xh retrieve train-reranker`"
+            )
 
 
 def run_candidates(cfg: XHConfig) -> dict:
@@ -118,10 +130,15 @@ def write_questions(cfg: XHConfig) -> dict:
         raise FileNotFoundError("no questions given: set retrieve.questions (or pass --questions)")
     rows, quarantined = read_hotpot_questions(cfg.retrieve.questions, s3)
     fs, out = resolve(paths["output"], s3)
-    for name, schema, table_rows in (("questions", schemas.QUESTIONS, rows), ("quarantine", schemas.QUARANTINE, quarantined)):
+    for name, schema, table_rows in (
+        ("questions", schemas.QUESTIONS, rows),
+        ("quarantine", schemas.QUARANTINE, quarantined),
+    ):
         fs.create_dir(f"{out}/{name}", recursive=True)
         fs.delete_dir_contents(f"{out}/{name}")
-        pq.write_table(pa.Table.from_pylist(table_rows, schema=schema), f"{out}/{name}/part-00000.parquet", filesystem=fs)
+        pq.write_table(
+            pa.Table.from_pylist(table_rows, schema=schema), f"{out}/{name}/part-00000.parquet", filesystem=fs
+        )
     return {"questions": len(rows), "quarantined": len(quarantined)}
 
 

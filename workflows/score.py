@@ -110,10 +110,19 @@ def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):
 
     sc, (retrieval, graph) = cfg.score, settings_of(cfg)
     return read_stage(parsed, s3).map_batches(
-        _GraphActor, batch_size=sc.batch_size, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=sc.workers), num_cpus=sc.cpus_per_worker,
-        fn_constructor_kwargs={"index": paths["index"], "tables": paths["tables"], "retrieval": retrieval,
-                               "graph": graph, "classifier": sc.question_classifier, "s3": s3},
+        _GraphActor,
+        batch_size=sc.batch_size,
+        batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=sc.workers),
+        num_cpus=sc.cpus_per_worker,
+        fn_constructor_kwargs={
+            "index": paths["index"],
+            "tables": paths["tables"],
+            "retrieval": retrieval,
+            "graph": graph,
+            "classifier": sc.question_classifier,
+            "s3": s3,
+        },
     )
 
 
@@ -121,11 +130,19 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
     from ray.data import ActorPoolStrategy
 
     sc = cfg.score
-    provenance = {"model_name": model["name"], "model_version": model["version"], "run_id": model["run_id"],
-                  "corpus_snapshot": snapshot, "scored_at": dt.datetime.now(dt.timezone.utc).replace(microsecond=0)}
+    provenance = {
+        "model_name": model["name"],
+        "model_version": model["version"],
+        "run_id": model["run_id"],
+        "corpus_snapshot": snapshot,
+        "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
+    }
     return read_stage(graphs, s3).map_batches(
-        _InferenceActor, batch_size=sc.batch_size, batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=sc.inference_workers), num_cpus=sc.inference_cpus,
+        _InferenceActor,
+        batch_size=sc.batch_size,
+        batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=sc.inference_workers),
+        num_cpus=sc.inference_cpus,
         num_gpus=1 if use_gpu else 0,
         fn_constructor_args=(model, provenance, sc.batch_graphs, sc.inference_threads, cfg.mlflow, s3),
     )
@@ -146,7 +163,7 @@ def run(cfg: XHConfig) -> dict:
     inputs = question_files(sc.input, s3)
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
-    run_date = (sc.run_date or dt.datetime.now(dt.timezone.utc).date()).isoformat()
+    run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     paths = _paths(cfg, model, run_date)
     snapshot = corpus_snapshot(paths["index"], s3)
     init_ray(cfg)
@@ -181,8 +198,13 @@ def run(cfg: XHConfig) -> dict:
         summary["records"] = summary["predictions"] + sum(quarantine.values())
         total = sum(seconds.values())
         summary["questions_per_s"] = round(summary["predictions"] / total, 3) if total else None
-        mlflow.log_metrics({"predictions": summary["predictions"], "quarantined": sum(quarantine.values()),
-                            **{f"seconds_{k}": v for k, v in seconds.items()}})
+        mlflow.log_metrics(
+            {
+                "predictions": summary["predictions"],
+                "quarantined": sum(quarantine.values()),
+                **{f"seconds_{k}": v for k, v in seconds.items()},
+            }
+        )
         mlflow.set_tags({"model_name": model["name"], "model_version": model["version"], "run_date": run_date})
         mlflow.log_dict(summary, "score_summary.json")
         summary["mlflow_run_id"] = mlflow_run.info.run_id

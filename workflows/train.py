@@ -144,9 +144,12 @@ def run(cfg: XHConfig) -> dict:
     if cfg.train.register_as:
         os.environ.update(s3_settings(cfg).env())
         summary["registered"] = log_and_register(
-            outcome["model_dir"], run_id=outcome["mlflow_run_id"], cfg=absolute_tracking(cfg),
-            metrics=outcome["metrics"], graphs_uri=_paths(cfg)["graphs"],
-        )  # fmt: skip
+            outcome["model_dir"],
+            run_id=outcome["mlflow_run_id"],
+            cfg=absolute_tracking(cfg),
+            metrics=outcome["metrics"],
+            graphs_uri=_paths(cfg)["graphs"],
+        )
         log("train", f"registered {summary['registered']}")
     return summary
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
@@ -63,7 +63,9 @@ def run(cfg: XHConfig) -> dict:
     init_ray(cfg)
     start = time.perf_counter()
 
-    log("wiki", f"reading {len(files)} {wiki.format} file(s) with {min(wiki.workers, len(files))} worker(s) -> {output}")
+    log(
+        "wiki", f"reading {len(files)} {wiki.format} file(s) with {min(wiki.workers, len(files))} worker(s) -> {output}"
+    )
     items = [{"path": path, "file_index": index} for index, path in enumerate(files)]
     per_file = (
         ray.data.from_items(items, override_num_blocks=len(items))

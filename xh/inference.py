@@ -10,8 +10,8 @@ HotpotQA predictions carry `answer`, `answer_doc_id`, `supporting_facts` ([title
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from typing import Iterable, Sequence
 
 import torch
 
@@ -32,8 +32,15 @@ def autocast(device: torch.device, bf16: bool):
     return nullcontext()
 
 
-def predict_graphs(model: XHModel, tokenizer, rows: Iterable[dict], *, batch_graphs: int = 8,
-                   bf16: bool = True, collect_attention: list | None = None) -> list[dict]:  # fmt: skip
+def predict_graphs(
+    model: XHModel,
+    tokenizer,
+    rows: Iterable[dict],
+    *,
+    batch_graphs: int = 8,
+    bf16: bool = True,
+    collect_attention: list | None = None,
+) -> list[dict]:
     """Predictions for graph rows, in order. `collect_attention`, when a list, receives
     (EncodedGraph list, GraphBatch, XHOutput) per batch for the hop-attention analysis."""
     device = next(model.parameters()).device

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import bz2
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 class InputFileError(ValueError):

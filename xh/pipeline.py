@@ -23,7 +23,7 @@ through the two halves on actor pools; `bench/score.py` and the demo call the ob
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from xh.config import GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
@@ -70,7 +70,7 @@ class Pipeline:
         model: str | None = None,
         batch_graphs: int = 8,
         s3: S3Settings | None = None,
-    ) -> "Pipeline":
+    ) -> Pipeline:
         """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
         `classifier` folder); the model half when `model` is given."""
         retriever = question_types = weights = tokenizer = None

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import bz2
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from xh.jsonfiles import json_lines, read_json
 from xh.schemas import RAW_LIMIT

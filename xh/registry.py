@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import mlflow
 import pandas as pd
@@ -66,8 +66,11 @@ def predictions_frame(predictions: Sequence[dict]) -> pd.DataFrame:
 def graph_input(rows: Sequence[dict]) -> pd.DataFrame:
     """Graph rows (from the `graphs` table) as the pyfunc's input frame."""
     return pd.DataFrame(
-        {"qid": [r["qid"] for r in rows], "question": [r["question"] for r in rows],
-         "graph": [json.dumps(r, default=str) for r in rows]}  # fmt: skip
+        {
+            "qid": [r["qid"] for r in rows],
+            "question": [r["question"] for r in rows],
+            "graph": [json.dumps(r, default=str) for r in rows],
+        }
     )
 
 
@@ -139,7 +142,12 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     }
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
-    return {"name": name, "version": int(version), "alias": cfg.train.alias, "model_uri": f"models:/{name}@{cfg.train.alias}"}
+    return {
+        "name": name,
+        "version": int(version),
+        "alias": cfg.train.alias,
+        "model_uri": f"models:/{name}@{cfg.train.alias}",
+    }
 
 
 # --- looking a version up -------------------------------------------------------------------------
@@ -207,8 +215,15 @@ def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -
     return evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
 
 
-def promote(name: str, rows: Sequence[dict], *, metric: str = "f1", min_delta: float = 0.5, floor: float = 0.0,
-            task: str = "hotpot") -> dict:  # fmt: skip
+def promote(
+    name: str,
+    rows: Sequence[dict],
+    *,
+    metric: str = "f1",
+    min_delta: float = 0.5,
+    floor: float = 0.0,
+    task: str = "hotpot",
+) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
     Returns the decision (also written as tags on both versions); a challenger that fails to load,
@@ -216,9 +231,16 @@ def promote(name: str, rows: Sequence[dict], *, metric: str = "f1", min_delta: f
     """
     client = mlflow.MlflowClient()
     challenger, champion = _version_of(client, name, "challenger"), _version_of(client, name, "champion")
-    decision: dict = {"model": name, "metric": metric, "min_delta": min_delta, "floor": floor,
-                      "challenger": challenger and challenger.version, "champion": champion and champion.version,
-                      "promoted": False, "decided_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    decision: dict = {
+        "model": name,
+        "metric": metric,
+        "min_delta": min_delta,
+        "floor": floor,
+        "challenger": challenger and challenger.version,
+        "champion": champion and champion.version,
+        "promoted": False,
+        "decided_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     if challenger is None:
         return decision | {"reason": f"{name} has no @challenger"}
     if champion is not None and champion.version == challenger.version:

@@ -18,7 +18,7 @@ A stage's dataset comes from the caller; only `read_stage` imports Ray (when cal
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 

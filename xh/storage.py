@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from dataclasses import dataclass, field
-from typing import IO, Iterator, Mapping
+from pathlib import Path
+from typing import IO
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -35,7 +36,13 @@ _ENDPOINT_VARS = ("XH_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL
 
 # Variables whose values are secrets: never put in a Ray runtime env, a job entrypoint, or MLflow.
 SECRET_ENV_VARS = frozenset(
-    {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"}
+    {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "MLFLOW_TRACKING_PASSWORD",
+        "MLFLOW_TRACKING_TOKEN",
+    }
 )
 # Variables that name where credentials are (not what they are): safe to hand to workers.
 CREDENTIAL_FILE_VARS = ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE")
@@ -58,7 +65,7 @@ class S3Settings:
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, *, endpoint_url: str | None = None, region: str | None = None
-    ) -> "S3Settings":
+    ) -> S3Settings:
         """Read settings from the environment; `endpoint_url`/`region` (from config) win when given."""
         env = os.environ if env is None else env
         endpoint = endpoint_url or next((env[v] for v in _ENDPOINT_VARS if env.get(v)), None)

@@ -18,25 +18,39 @@ from xh.wiki import process
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("graphs")
-    synth.write_world(synth.WorldSpec(num_docs=800, seed=5), synth.output_under(str(root / "world")),
-                      docs_per_shard=400, num_questions=60, num_claims=5)  # fmt: skip
+    synth.write_world(
+        synth.WorldSpec(num_docs=800, seed=5),
+        synth.output_under(str(root / "world")),
+        docs_per_shard=400,
+        num_questions=60,
+        num_claims=5,
+    )
     questions = json.loads((root / "world" / "hotpot" / "questions.json").read_text())
     questions += [
         {**questions[0], "_id": "no-answer", "answer": "Zyxxqv Plorbt"},  # retrieval finds the docs, not this answer
         {"_id": "untyped", "question": questions[1]["question"], "answer": "yes"},  # yes/no: never short of an answer
     ]
     (root / "questions.json").write_text(json.dumps(questions))
-    process.process_in_process("hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"),
-                               str(root / "tables"), partitions=2)  # fmt: skip
+    process.process_in_process(
+        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=2
+    )
     return root
 
 
 def _config(world, mlflow_server, *overrides):
-    return load_config(None, [
-        f"storage.root={world}", f"retrieve.questions={world / 'questions.json'}", "retrieve.shards=2",
-        f"mlflow.tracking_uri={mlflow_server}", f"mlflow.experiment=graphs-{uuid.uuid4().hex[:6]}",
-        "mlflow.artifact_location=null", "graphs.questions_per_file=16", *overrides,
-    ])  # fmt: skip
+    return load_config(
+        None,
+        [
+            f"storage.root={world}",
+            f"retrieve.questions={world / 'questions.json'}",
+            "retrieve.shards=2",
+            f"mlflow.tracking_uri={mlflow_server}",
+            f"mlflow.experiment=graphs-{uuid.uuid4().hex[:6]}",
+            "mlflow.artifact_location=null",
+            "graphs.questions_per_file=16",
+            *overrides,
+        ],
+    )
 
 
 def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm_path):
@@ -85,8 +99,15 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
     assert run.data.metrics["graphs"] == summary["graphs"] and run.data.params["graphs.edge_mode"] == "hyperlink"
 
     # a rebuild in another edge mode replaces every shard: node sequence, a chain through all nodes
-    again = graphs.build(cfg.model_copy(update={"graphs": cfg.graphs.model_copy(
-        update={"edge_mode": "sequence", "questions_per_file": 40, "tokenizer": None})}))  # fmt: skip
+    again = graphs.build(
+        cfg.model_copy(
+            update={
+                "graphs": cfg.graphs.model_copy(
+                    update={"edge_mode": "sequence", "questions_per_file": 40, "tokenizer": None}
+                )
+            }
+        )
+    )
     assert again["graphs"] == summary["graphs"] and again["tokens_per_node"] is None
     assert len(list((world / "graphs" / "hotpot").glob("part-*.parquet"))) == 2
     for graph in iter_graphs(again["output"]):

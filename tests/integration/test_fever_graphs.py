@@ -17,24 +17,48 @@ def world(tmp_path_factory):
     """A 600-page world's FEVER pages as docs, and its claims plus three bad lines."""
     root = tmp_path_factory.mktemp("fever-graphs")
     spec = synth.WorldSpec(num_docs=600, seed=21)
-    synth.write_world(spec, synth.output_under(str(root / "world")), docs_per_shard=300, num_questions=10,
-                      num_claims=90)  # fmt: skip
-    process.process_in_process("fever", process.input_files([str(root / "world" / "fever" / "wiki-pages")], "fever"),
-                               str(root / "tables"), partitions=2)  # fmt: skip
+    synth.write_world(
+        spec, synth.output_under(str(root / "world")), docs_per_shard=300, num_questions=10, num_claims=90
+    )
+    process.process_in_process(
+        "fever",
+        process.input_files([str(root / "world" / "fever" / "wiki-pages")], "fever"),
+        str(root / "tables"),
+        partitions=2,
+    )
     claims = (root / "world" / "fever" / "claims.jsonl").read_text().splitlines()
     claims += [
         '{"id": 9001, "claim": "broken',
-        json.dumps({"id": 9002, "claim": "Nowhere Town was founded in 1800.", "label": "SUPPORTS",
-                    "evidence": [[[1, 2, "Nowhere_Town", 0]]]}),  # fmt: skip
-        json.dumps({"id": 9003, "claim": "It is what it was.", "label": "NOT ENOUGH INFO", "evidence": [[[1, None, None, None]]]}),
+        json.dumps(
+            {
+                "id": 9002,
+                "claim": "Nowhere Town was founded in 1800.",
+                "label": "SUPPORTS",
+                "evidence": [[[1, 2, "Nowhere_Town", 0]]],
+            }
+        ),
+        json.dumps(
+            {
+                "id": 9003,
+                "claim": "It is what it was.",
+                "label": "NOT ENOUGH INFO",
+                "evidence": [[[1, None, None, None]]],
+            }
+        ),
     ]
     (root / "claims.jsonl").write_text("\n".join(claims) + "\n")
     return root
 
 
 def test_fever_graphs_on_ray(ray_cluster, world, minilm_path):
-    overrides = [f"storage.root={world}", "graphs.task=fever", f"graphs.questions={world / 'claims.jsonl'}",
-                 "graphs.questions_per_file=40", "graphs.workers=2", f"graphs.tokenizer={minilm_path}"]  # fmt: skip
+    overrides = [
+        f"storage.root={world}",
+        "graphs.task=fever",
+        f"graphs.questions={world / 'claims.jsonl'}",
+        "graphs.questions_per_file=40",
+        "graphs.workers=2",
+        f"graphs.tokenizer={minilm_path}",
+    ]
     summary = graphs.build(load_config(None, overrides))
     assert summary["questions"] == 93 == summary["graphs"] + summary["quarantined"]
     reasons = summary["quarantine_reasons"]

@@ -39,7 +39,9 @@ def test_mlflow_run_through_the_server_lands_its_artifact_on_s3(mlflow_server, s
     with fs.open_input_stream(found[0]) as f:
         assert f.read() == b"hop attention\n"
     # and a client reads it back through the server
-    local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path="notes/note.txt", dst_path=str(tmp_path / "dl"))
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run.info.run_id, artifact_path="notes/note.txt", dst_path=str(tmp_path / "dl")
+    )
     assert open(local).read() == "hop attention\n"
 
 
@@ -65,9 +67,15 @@ def _cli(*args):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["-m", "workflows.cli", "config", "show", "synth", "--set", "synth.num_doc=5"], "error: unknown config key 'synth.num_doc'"),
+        (
+            ["-m", "workflows.cli", "config", "show", "synth", "--set", "synth.num_doc=5"],
+            "error: unknown config key 'synth.num_doc'",
+        ),
         (["-m", "workflows.cli", "synth", "--config", "no/such.yaml"], "error: config file not found: no/such.yaml"),
-        (["-m", "workflows.synth", "--set", "synth.num_docs=ten"], "error: config key 'synth.num_docs': input should be a valid integer"),
+        (
+            ["-m", "workflows.synth", "--set", "synth.num_docs=ten"],
+            "error: config key 'synth.num_docs': input should be a valid integer",
+        ),
         (["-m", "workflows.cli", "config", "show", "nosuch"], "error: unknown stage 'nosuch'"),
     ],
 )
@@ -79,6 +87,8 @@ def test_config_errors_are_one_clear_line(args, message):
 
 
 def test_config_show_prints_the_effective_config():
-    result = _cli("-m", "workflows.cli", "config", "show", "synth", "--config", "configs/demo.yaml", "--set", "synth.seed=99")
+    result = _cli(
+        "-m", "workflows.cli", "config", "show", "synth", "--config", "configs/demo.yaml", "--set", "synth.seed=99"
+    )
     assert result.returncode == 0, result.stderr
     assert "seed: 99" in result.stdout and "num_docs: 2000" in result.stdout and "root: runs/demo" in result.stdout

@@ -53,7 +53,9 @@ def _get_json(url: str, token: str, timeout: float = 3) -> dict:
 def _base_env(token_file: Path) -> dict[str, str]:
     """This venv's tools first; no address, token or credentials inherited from the test session."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_", "MLFLOW_", "XH_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file)
+    )
     return env
 
 
@@ -69,15 +71,40 @@ def job_cluster():
         _free_ports(9)
     )
     cmd = [
-        str(BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats",
-        "--temp-dir", str(work / "ray"), "--num-cpus", "1", "--object-store-memory", str(256 * 1024**2),
-        "--port", str(gcs), "--include-dashboard", "true",
-        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-        "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
-        "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
-        "--runtime-env-agent-port", str(runtime_env_agent), "--node-manager-port", str(node_manager),
-        "--object-manager-port", str(object_manager),
-    ]  # fmt: skip
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--disable-usage-stats",
+        "--temp-dir",
+        str(work / "ray"),
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(256 * 1024**2),
+        "--port",
+        str(gcs),
+        "--include-dashboard",
+        "true",
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dashboard),
+        "--ray-client-server-port",
+        str(client),
+        "--dashboard-agent-listen-port",
+        str(agent_http),
+        "--dashboard-agent-grpc-port",
+        str(agent_grpc),
+        "--metrics-export-port",
+        str(metrics),
+        "--runtime-env-agent-port",
+        str(runtime_env_agent),
+        "--node-manager-port",
+        str(node_manager),
+        "--object-manager-port",
+        str(object_manager),
+    ]
     log = work / "ray-start.log"
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_base_env(token_file), cwd=work)
@@ -125,8 +152,12 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
     start = time.perf_counter()
     done = subprocess.run(
         ["bash", str(ROOT / "infra" / "submit.sh"), "synth", "--config", str(config)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=150,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     seconds = time.perf_counter() - start
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
@@ -140,7 +171,11 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
     assert env_vars["AWS_REGION"] == "eu-west-3"
     assert not {"AWS_SECRET_ACCESS_KEY", "MLFLOW_TRACKING_PASSWORD", "RAY_AUTH_TOKEN_PATH", "PATH"} & set(env_vars)
     listed = subprocess.run(
-        [str(BIN / "ray"), "job", "list", "--address", url], env=_base_env(token_file), capture_output=True, text=True, timeout=60
+        [str(BIN / "ray"), "job", "list", "--address", url],
+        env=_base_env(token_file),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert listed.returncode == 0 and submission_id in listed.stdout, listed.stderr[-2000:]
     assert SECRET not in listed.stdout + listed.stderr and SECRET not in json.dumps(info)

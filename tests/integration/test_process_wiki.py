@@ -21,10 +21,18 @@ def read_table(fs, path, name):
 def test_generated_dump_on_s3_round_trips_every_true_link(ray_cluster, s3_endpoint):
     spec = synth.WorldSpec(num_docs=600, seed=5)
     world = f"s3://{TEST_BUCKET}/wiki-world"
-    written = synth.write_world(spec, synth.output_under(world, s3_endpoint), docs_per_shard=150, num_questions=5,
-                                num_claims=5)  # fmt: skip
-    cfg = load_config(None, [f"wiki.inputs=['{world}/wiki']", f"wiki.output=s3://{TEST_BUCKET}/wiki-tables",
-                             "wiki.partitions=4", "wiki.rows_per_file=1000"])  # fmt: skip
+    written = synth.write_world(
+        spec, synth.output_under(world, s3_endpoint), docs_per_shard=150, num_questions=5, num_claims=5
+    )
+    cfg = load_config(
+        None,
+        [
+            f"wiki.inputs=['{world}/wiki']",
+            f"wiki.output=s3://{TEST_BUCKET}/wiki-tables",
+            "wiki.partitions=4",
+            "wiki.rows_per_file=1000",
+        ],
+    )
     summary = wiki.run(cfg)
     assert (summary["files"], summary["records"], summary["docs"], summary["quarantined"]) == (4, 600, 600, 0)
     assert summary["links"] == written.num_links and summary["missing_links"] == 0
@@ -78,8 +86,11 @@ def test_real_xml_sample_matches_an_independent_count_and_one_process(ray_cluste
 
 
 def test_bad_input_lands_in_quarantine_with_its_reason(ray_cluster, tmp_path):
-    good = lambda i, title: json.dumps({"id": str(i), "title": title, "text": [f"{title} is a page."],  # noqa: E731
-                                        "text_with_links": [f"{title} is a page."]})  # fmt: skip
+    def good(i, title):
+        return json.dumps(
+            {"id": str(i), "title": title, "text": [f"{title} is a page."], "text_with_links": [f"{title} is a page."]}
+        )
+
     lines = [
         good(1, "One").encode(),
         b'{"id": "2", "title": "Two", "text": ["unterminated',  # invalid json
@@ -100,8 +111,14 @@ def test_bad_input_lands_in_quarantine_with_its_reason(ray_cluster, tmp_path):
     assert summary["records"] == summary["docs"] + summary["redirects"] + summary["quarantined"]
     quarantine = read_table(None, tmp_path / "out", "quarantine").to_pylist()
     reasons = {q["reason"].split(":")[0] for q in quarantine}
-    assert reasons == {"invalid json", "missing title", "empty text", "non-utf8 bytes", "duplicate id",
-                       "truncated bz2 stream"}  # fmt: skip
+    assert reasons == {
+        "invalid json",
+        "missing title",
+        "empty text",
+        "non-utf8 bytes",
+        "duplicate id",
+        "truncated bz2 stream",
+    }
     assert sum(q["reason"].startswith("duplicate id") for q in quarantine) == 2  # within a file, across files
     truncated = [q for q in quarantine if q["reason"].startswith("truncated")][0]
     assert truncated["source"].endswith("b.bz2") and truncated["position"] > 1

@@ -16,19 +16,33 @@ from xh.storage import list_files
 
 
 @pytest.mark.multinode
-def test_train_on_two_workers_then_retrieve_with_the_reranker(ray_cluster, s3_endpoint, mlflow_server, synth_tables,
-                                                              tiny_backbone, tmp_path):  # fmt: skip
+def test_train_on_two_workers_then_retrieve_with_the_reranker(
+    ray_cluster, s3_endpoint, mlflow_server, synth_tables, tiny_backbone, tmp_path
+):
     import mlflow
 
     tables, questions = synth_tables
     (tmp_path / "questions.json").write_text(json.dumps(questions))
     output = f"s3://xh-test/reranker-{uuid.uuid4().hex[:8]}"
-    cfg = load_config(None, [
-        f"storage.root={tmp_path}", f"mlflow.tracking_uri={mlflow_server}", "mlflow.experiment=rerank-test",
-        f"rerank.questions={tmp_path / 'questions.json'}", "rerank.max_questions=40", f"rerank.output={output}",
-        f"rerank.backbone={tiny_backbone}", "rerank.max_length=64", "rerank.batch_size=4", "rerank.epochs=2",
-        "rerank.max_steps=6", "rerank.workers=2", "rerank.cpus_per_worker=0.5", "rerank.threads_per_worker=1",
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={tmp_path}",
+            f"mlflow.tracking_uri={mlflow_server}",
+            "mlflow.experiment=rerank-test",
+            f"rerank.questions={tmp_path / 'questions.json'}",
+            "rerank.max_questions=40",
+            f"rerank.output={output}",
+            f"rerank.backbone={tiny_backbone}",
+            "rerank.max_length=64",
+            "rerank.batch_size=4",
+            "rerank.epochs=2",
+            "rerank.max_steps=6",
+            "rerank.workers=2",
+            "rerank.cpus_per_worker=0.5",
+            "rerank.threads_per_worker=1",
+        ],
+    )
     summary = rerank.run(cfg)
 
     assert summary["output"] == output and summary["steps"] == 6
@@ -46,10 +60,18 @@ def test_train_on_two_workers_then_retrieve_with_the_reranker(ray_cluster, s3_en
     assert f"reranker/{CONFIG_FILE}" in artifacts
 
     # retrieval: the query actors load the re-ranker from S3 once each and every row says so
-    retrieve_cfg = load_config(None, [
-        f"storage.root={tmp_path}", f"retrieve.tables={tables}", f"retrieve.questions={tmp_path / 'questions.json'}",
-        "retrieve.shards=2", "retrieve.ir_candidates=10", f"retrieve.reranker={output}", "retrieve.workers=2",
-    ])  # fmt: skip
+    retrieve_cfg = load_config(
+        None,
+        [
+            f"storage.root={tmp_path}",
+            f"retrieve.tables={tables}",
+            f"retrieve.questions={tmp_path / 'questions.json'}",
+            "retrieve.shards=2",
+            "retrieve.ir_candidates=10",
+            f"retrieve.reranker={output}",
+            "retrieve.workers=2",
+        ],
+    )
     retrieve.build_index(retrieve_cfg)
     result = retrieve.run_candidates(retrieve_cfg)
     assert result["ranker"] == f"reranker {output}" and set(result["candidates"]) >= {"ir", "el"}

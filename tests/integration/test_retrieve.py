@@ -18,8 +18,9 @@ from xh.wiki import process
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("retrieve")
     spec = synth.WorldSpec(num_docs=1500, seed=11)
-    synth.write_world(spec, synth.output_under(str(root / "world")), docs_per_shard=500, num_questions=120,
-                      num_claims=5)  # fmt: skip
+    synth.write_world(
+        spec, synth.output_under(str(root / "world")), docs_per_shard=500, num_questions=120, num_claims=5
+    )
     questions = json.loads((root / "world" / "hotpot" / "questions.json").read_text())
     questions += [
         {"_id": "bad-empty", "question": "   ", "answer": "x", "type": "bridge"},
@@ -27,14 +28,22 @@ def world(tmp_path_factory):
         {"_id": "unknown", "question": "Zyxxqv plorbt?", "answer": "x", "type": "bridge"},
     ]
     (root / "questions.json").write_text(json.dumps(questions))
-    process.process_in_process("hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"),
-                               str(root / "tables"), partitions=4)  # fmt: skip
+    process.process_in_process(
+        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=4
+    )
     return root
 
 
 def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, world):
-    cfg = load_config(None, [f"storage.root={world}", f"retrieve.questions={world / 'questions.json'}",
-                             "retrieve.shards=3", "retrieve.batch_size=32"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={world}",
+            f"retrieve.questions={world / 'questions.json'}",
+            "retrieve.shards=3",
+            "retrieve.batch_size=32",
+        ],
+    )
     summary = retrieve.run(cfg)
     assert summary["index"]["shards"] == 3 and summary["index"]["docs"] == 1500
     assert summary["questions"] == {"questions": 122, "quarantined": 1}  # the empty question
@@ -92,8 +101,14 @@ def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_p
         retrieve.run_candidates(second)
     (tmp_path / "index" / "bm25").mkdir(parents=True)
     (tmp_path / "index" / "bm25" / "manifest.json").write_text("{}")
-    no_reranker = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'second.json'}",
-                                     f"retrieve.reranker={tmp_path / 'no-reranker'}"])  # fmt: skip
+    no_reranker = load_config(
+        None,
+        [
+            f"storage.root={tmp_path}",
+            f"retrieve.questions={tmp_path / 'second.json'}",
+            f"retrieve.reranker={tmp_path / 'no-reranker'}",
+        ],
+    )
     with pytest.raises(FileNotFoundError, match="no re-ranker at .*no-reranker"):
         retrieve.run_candidates(no_reranker)
     assert {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")} == before

@@ -14,13 +14,22 @@ def test_generated_dump_read_from_s3_and_parquet_written_back(ray_cluster, s3_en
     import ray.data
 
     root = f"s3://{TEST_BUCKET}/harness"
-    cfg = load_config(None, [f"storage.root={root}", "synth.num_docs=300", "synth.docs_per_shard=100",
-                             "synth.num_questions=20", "synth.num_claims=20"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={root}",
+            "synth.num_docs=300",
+            "synth.docs_per_shard=100",
+            "synth.num_questions=20",
+            "synth.num_claims=20",
+        ],
+    )
     written = synth_workflow.run(cfg)  # shards written by Ray tasks on both nodes, straight to S3
     assert written["shards"] == 3 and written["docs"] == 300
 
     fs = s3_endpoint.pyarrow_fs()
     shards = [f"{TEST_BUCKET}/harness/world/{p}" for p in (synth.wiki_shard_path(k) for k in range(3))]
+
     def pages_of(shard: dict) -> list[dict]:
         lines = shard["bytes"].splitlines()  # Ray Data decompressed the .bz2 (detected by its extension)
         return [{k: v for k, v in json.loads(line).items() if k in ("id", "title", "text")} for line in lines]

@@ -41,10 +41,18 @@ WORLD = synth.WorldSpec(num_docs=2000, seed=7)
 QUESTIONS = 400  # bridge questions only; a quarter is held out as dev by qid hash (93 of them)
 MARGIN = 0.10  # K = 3 must beat K = 0 by at least this much dev answer EM, and F1
 TRAIN_SETTINGS = [
-    "train.seed=13", "train.epochs=1", "train.batch_graphs=4", "train.lr=1e-4", "train.hop_lr=1e-3",
-    "train.dev_fraction=0.25", "train.cpus_per_worker=1", "train.threads_per_worker=2",
-    "model.max_node_tokens=64", "train.register_as=null", "train.attention_figures=false",
-]  # fmt: skip
+    "train.seed=13",
+    "train.epochs=1",
+    "train.batch_graphs=4",
+    "train.lr=1e-4",
+    "train.hop_lr=1e-3",
+    "train.dev_fraction=0.25",
+    "train.cpus_per_worker=1",
+    "train.threads_per_worker=2",
+    "model.max_node_tokens=64",
+    "train.register_as=null",
+    "train.attention_figures=false",
+]
 
 
 def _drop_anchors(folder: Path) -> None:
@@ -65,10 +73,17 @@ def bridge_graphs(ray_cluster, tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("science")
     questions = root / "questions.json"
     questions.write_text(json.dumps(synth.make_questions(WORLD, QUESTIONS, seed=0, comparison_fraction=0.0)))
-    cfg = load_config(None, [
-        f"storage.root={root}", f"ray.address={ray_cluster.address}", "graphs.setting=distractor",
-        f"graphs.questions={questions}", "graphs.workers=1", "graphs.edge_mode=hyperlink",
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={root}",
+            f"ray.address={ray_cluster.address}",
+            "graphs.setting=distractor",
+            f"graphs.questions={questions}",
+            "graphs.workers=1",
+            "graphs.edge_mode=hyperlink",
+        ],
+    )
     summary = build(cfg)
     assert summary["graphs"] == QUESTIONS, summary
     folder = root / "graphs" / "hotpot"
@@ -79,12 +94,20 @@ def bridge_graphs(ray_cluster, tmp_path_factory) -> str:
 def _train(hop_layers: int, graphs: str, backbone: str, cluster, root: Path) -> dict:
     from workflows.train import fit
 
-    cfg = load_config(None, [
-        f"storage.root={root}", f"ray.address={cluster.address}",
-        f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db", f"mlflow.artifact_location={root}/artifacts",
-        f"model.backbone={backbone}", f"model.hop_layers={hop_layers}", f"train.graphs={graphs}",
-        f"train.run_name=science-k{hop_layers}", *TRAIN_SETTINGS,
-    ])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={root}",
+            f"ray.address={cluster.address}",
+            f"mlflow.tracking_uri=sqlite:///{root}/mlflow.db",
+            f"mlflow.artifact_location={root}/artifacts",
+            f"model.backbone={backbone}",
+            f"model.hop_layers={hop_layers}",
+            f"train.graphs={graphs}",
+            f"train.run_name=science-k{hop_layers}",
+            *TRAIN_SETTINGS,
+        ],
+    )
     start = time.perf_counter()
     outcome = fit(cfg)
     outcome["seconds"] = round(time.perf_counter() - start, 1)

@@ -23,10 +23,15 @@ def scoring_world(synth_tables, tmp_path_factory, ray_cluster):
     root = tmp_path_factory.mktemp("score-world")
     cfg = load_config(None, [f"storage.root={root}", f"retrieve.tables={tables}", "retrieve.shards=2"])
     retrieve.build_index(cfg)
-    graphs_cfg = load_config(None, [
-        f"storage.root={root}", "graphs.setting=distractor", "graphs.workers=1",
-        f"graphs.questions={tables.parent / 'world' / 'hotpot' / 'questions.json'}",
-    ])  # fmt: skip
+    graphs_cfg = load_config(
+        None,
+        [
+            f"storage.root={root}",
+            "graphs.setting=distractor",
+            "graphs.workers=1",
+            f"graphs.questions={tables.parent / 'world' / 'hotpot' / 'questions.json'}",
+        ],
+    )
     graphs.build(graphs_cfg)
     return {"root": root, "tables": tables, "questions": questions, "graphs": str(root / "graphs" / "hotpot")}
 
@@ -40,8 +45,16 @@ def _register(name: str, backbone: str, graphs: str, tracking: str, seed: int) -
     from xh.model import XHModel
     from xh.registry import log_and_register
 
-    cfg = load_config(None, [f"mlflow.tracking_uri={tracking}", "mlflow.experiment=score-tests",
-                             f"model.backbone={backbone}", "model.max_node_tokens=64", f"train.register_as={name}"])  # fmt: skip
+    cfg = load_config(
+        None,
+        [
+            f"mlflow.tracking_uri={tracking}",
+            "mlflow.experiment=score-tests",
+            f"model.backbone={backbone}",
+            "model.max_node_tokens=64",
+            f"train.register_as={name}",
+        ],
+    )
     torch.manual_seed(seed)
     model = XHModel.from_backbone(cfg.model)
     mlflow.set_tracking_uri(tracking)
@@ -49,8 +62,9 @@ def _register(name: str, backbone: str, graphs: str, tracking: str, seed: int) -
     with mlflow.start_run() as run, tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
         mlflow.end_run()
-        registered = log_and_register(folder, run_id=run.info.run_id, cfg=cfg, metrics={"dev_f1": 0.0},
-                                      graphs_uri=graphs)  # fmt: skip
+        registered = log_and_register(
+            folder, run_id=run.info.run_id, cfg=cfg, metrics={"dev_f1": 0.0}, graphs_uri=graphs
+        )
     return registered["version"]
 
 
@@ -129,10 +143,15 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
         out.write(("\n".join(lines) + "\n").encode())
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
     overrides = [
-        f"storage.root={scoring_world['root']}", f"retrieve.tables={scoring_world['tables']}",
-        f"mlflow.tracking_uri={mlflow_server}", f"score.input={incoming}", f"score.model=models:/{name}@champion",
-        f"score.output={output}", "score.run_date=2026-11-22", "score.batch_size=4",
-    ]  # fmt: skip
+        f"storage.root={scoring_world['root']}",
+        f"retrieve.tables={scoring_world['tables']}",
+        f"mlflow.tracking_uri={mlflow_server}",
+        f"score.input={incoming}",
+        f"score.model=models:/{name}@champion",
+        f"score.output={output}",
+        "score.run_date=2026-11-22",
+        "score.batch_size=4",
+    ]
 
     with pytest.raises(InjectedFailure):
         score.run(load_config(None, [*overrides, "score.fail_before=inference"]))

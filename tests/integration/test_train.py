@@ -23,20 +23,33 @@ def world_graphs(synth_tables, tmp_path_factory) -> str:
     tables, _ = synth_tables
     questions = tables.parent / "world" / "hotpot" / "questions.json"
     out = tmp_path_factory.mktemp("train-graphs")
-    cfg = load_config(None, [f"storage.root={out}", "graphs.setting=distractor", f"graphs.questions={questions}",
-                             "graphs.workers=1"])  # fmt: skip
+    cfg = load_config(
+        None, [f"storage.root={out}", "graphs.setting=distractor", f"graphs.questions={questions}", "graphs.workers=1"]
+    )
     summary = build(cfg)
     assert summary["graphs"] > 40, summary
     return str(out / "graphs" / "hotpot")
 
 
 def _config(root: Path, graphs: str, backbone: str, cluster, tracking: str, overrides: list[str]):
-    return load_config(None, [
-        f"storage.root={root}", f"ray.address={cluster.address}", f"mlflow.tracking_uri={tracking}",
-        f"mlflow.experiment=train-{uuid.uuid4().hex[:6]}", f"model.backbone={backbone}", "model.max_node_tokens=96",
-        f"train.graphs={graphs}", "train.batch_graphs=2", "train.cpus_per_worker=0.5", "train.lr=1e-3",
-        "train.eval_batch_graphs=16", "train.dev_fraction=0.25", *overrides,
-    ])  # fmt: skip
+    return load_config(
+        None,
+        [
+            f"storage.root={root}",
+            f"ray.address={cluster.address}",
+            f"mlflow.tracking_uri={tracking}",
+            f"mlflow.experiment=train-{uuid.uuid4().hex[:6]}",
+            f"model.backbone={backbone}",
+            "model.max_node_tokens=96",
+            f"train.graphs={graphs}",
+            "train.batch_graphs=2",
+            "train.cpus_per_worker=0.5",
+            "train.lr=1e-3",
+            "train.eval_batch_graphs=16",
+            "train.dev_fraction=0.25",
+            *overrides,
+        ],
+    )
 
 
 def test_two_workers_on_two_nodes_register_a_model_that_loads_by_alias(
@@ -45,10 +58,21 @@ def test_two_workers_on_two_nodes_register_a_model_that_loads_by_alias(
     from workflows.train import run
 
     name = f"xh-test-{uuid.uuid4().hex[:6]}"
-    cfg = _config(tmp_path, world_graphs, tiny_backbone, ray_cluster, mlflow_server, [
-        "train.workers=2", "train.placement_strategy=SPREAD", "train.max_steps=4", "train.eval_every=2",
-        f"train.storage_path=s3://xh-test/train-{uuid.uuid4().hex[:6]}", f"train.register_as={name}",
-    ])  # fmt: skip
+    cfg = _config(
+        tmp_path,
+        world_graphs,
+        tiny_backbone,
+        ray_cluster,
+        mlflow_server,
+        [
+            "train.workers=2",
+            "train.placement_strategy=SPREAD",
+            "train.max_steps=4",
+            "train.eval_every=2",
+            f"train.storage_path=s3://xh-test/train-{uuid.uuid4().hex[:6]}",
+            f"train.register_as={name}",
+        ],
+    )
     summary = run(cfg)
 
     assert summary["step"] == summary["planned_steps"] == 4
@@ -82,10 +106,22 @@ def test_a_worker_killed_mid_run_resumes_from_the_checkpoint_without_duplicate_s
 ):
     from workflows.train import fit
 
-    cfg = _config(tmp_path, world_graphs, tiny_backbone, ray_cluster, mlflow_server, [
-        "train.workers=1", "train.max_steps=6", "train.eval_every=2", "train.fail_at_step=3",
-        "train.max_failures=1", "train.register_as=null", "train.attention_figures=false",
-    ])  # fmt: skip
+    cfg = _config(
+        tmp_path,
+        world_graphs,
+        tiny_backbone,
+        ray_cluster,
+        mlflow_server,
+        [
+            "train.workers=1",
+            "train.max_steps=6",
+            "train.eval_every=2",
+            "train.fail_at_step=3",
+            "train.max_failures=1",
+            "train.register_as=null",
+            "train.attention_figures=false",
+        ],
+    )
     outcome = fit(cfg)
 
     assert outcome["step"] == outcome["planned_steps"] == 6

@@ -19,8 +19,8 @@ from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, Analyze
 from xh.retrieval.bm25 import (
     MAX_FREQUENT,
     NO_POSITIVE_SCORE,
-    SMALL_BATCH,
     NO_TERMS,
+    SMALL_BATCH,
     UNKNOWN_TERMS,
     BM25Shard,
     CorpusStats,
@@ -190,8 +190,15 @@ def test_queries_of_frequent_terms_are_exact(shard, reference, k):
     take the way round (every document), and still agree with rank-bm25."""
     frequent = shard.frequent_terms
     assert 0 < len(frequent) <= MAX_FREQUENT and {"born", "film", "american"} <= set(frequent)
-    queries = [["film"], ["american", "film"], ["born", "born", "state"], frequent[:6], ["film", "romanian"],
-               ["american", "singer"], ["year", "born", "film", "album", "record"]]  # fmt: skip
+    queries = [
+        ["film"],
+        ["american", "film"],
+        ["born", "born", "state"],
+        frequent[:6],
+        ["film", "romanian"],
+        ["american", "singer"],
+        ["year", "born", "film", "album", "record"],
+    ]
     batch = (queries * SMALL_BATCH)[: max(len(queries), SMALL_BATCH)]
     for result, query in zip(shard.search(batch, k), batch):
         assert_top_k_agrees(result, reference.get_scores(query), k)
@@ -320,9 +327,12 @@ def test_save_and_load_round_trip(shard, saved, corpus):
     assert manifest["analyzer"]["fingerprint"] == corpus["analyzer"].fingerprint()
     assert manifest["params"] == {"k1": 1.5, "b": 0.75, "epsilon": 0.25}
     assert manifest["shard"] == {
-        "doc_start": 0, "doc_stop": 4968, "num_docs": 4968,
-        "num_terms": len(shard.terms), "num_postings": shard.weights.nnz,
-    }  # fmt: skip
+        "doc_start": 0,
+        "doc_stop": 4968,
+        "num_docs": 4968,
+        "num_terms": len(shard.terms),
+        "num_postings": shard.weights.nnz,
+    }
     assert manifest["stats"]["num_docs"] == 4968 and manifest["stats"]["digest"] == shard.stats["digest"]
     assert sorted(manifest["files"]) == sorted(SHARD_FILES)
 

@@ -7,7 +7,6 @@ see them.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -66,8 +65,9 @@ def test_minimum_commonness_and_minimum_count():
     table = anchors(("arden", "1", 9), ("arden", "2", 1), ("belford", "3", 1))
     assert EntityLinker.from_tables(table, per_surface=5, min_commonness=0.5).lookup("arden")[0][0] == "1"
     assert linked(EntityLinker.from_tables(table, per_surface=5, min_commonness=0.5), "Arden or Belford?") == [
-        ("Arden", "1"), ("Belford", "3")
-    ]  # fmt: skip
+        ("Arden", "1"),
+        ("Belford", "3"),
+    ]
     assert linked(EntityLinker.from_tables(table, per_surface=5, min_count=2), "Arden or Belford?") == [("Arden", "1")]
 
 
@@ -88,8 +88,9 @@ def test_the_longest_match_wins():
     question = "Who founded Mount Linstone State University?"
     assert linked(linker, question) == [("Mount Linstone State University", "uni")]
     assert linked(linker, "Is Mount Linstone a State University town?") == [
-        ("Mount Linstone", "city"), ("State University", "generic")
-    ]  # fmt: skip
+        ("Mount Linstone", "city"),
+        ("State University", "generic"),
+    ]
     # Same length in tokens and characters: the leftmost wins; "Bay" overlaps the dropped one only.
     assert linked(linker, "In New Arden Bay?") == [("New Arden", "na"), ("Bay", "b")]
 
@@ -129,8 +130,16 @@ def test_strip_disambiguator():
 
 
 def test_stop_word_numeric_short_and_lower_case_surfaces_are_skipped():
-    table = anchors(("the", "t", 5), ("of the", "ot", 5), ("the who", "band", 5), ("which", "w", 5),
-                    ("1986", "year", 5), ("x", "letter", 5), ("film", "film", 5), ("the film", "tf", 5))  # fmt: skip
+    table = anchors(
+        ("the", "t", 5),
+        ("of the", "ot", 5),
+        ("the who", "band", 5),
+        ("which", "w", 5),
+        ("1986", "year", 5),
+        ("x", "letter", 5),
+        ("film", "film", 5),
+        ("the film", "tf", 5),
+    )
     linker = EntityLinker.from_tables(table)
     assert linked(linker, "Which of the members of The Who was born in 1986? X") == []
     assert linked(linker, "Which film?") == []
@@ -151,11 +160,19 @@ def test_empty_and_wordless_questions_have_no_links():
 
 def test_tokens_keep_punctuation_inside_names():
     assert [("AC/DC's O'Brien St. Louis"[s:e]) for s, e in tokenize("AC/DC's O'Brien St. Louis")] == [
-        "AC/DC's", "O'Brien", "St", "Louis"
-    ]  # fmt: skip
+        "AC/DC's",
+        "O'Brien",
+        "St",
+        "Louis",
+    ]
     linker = EntityLinker.from_tables(
-        anchors(("ac/dc", "acdc", 3), ("st. louis", "stl", 3), ("o’brien", "ob", 3), ("d.c.", "dc", 3),
-                ("dario pajari", "dp", 1))  # fmt: skip
+        anchors(
+            ("ac/dc", "acdc", 3),
+            ("st. louis", "stl", 3),
+            ("o’brien", "ob", 3),
+            ("d.c.", "dc", 3),
+            ("dario pajari", "dp", 1),
+        )
     )
     assert linked(linker, "Did AC/DC play in St. Louis?") == [("AC/DC", "acdc"), ("St. Louis", "stl")]
     assert linked(linker, "Is O'Brien from Washington D.C.") == [("O'Brien", "ob"), ("D.C.", "dc")]
@@ -176,10 +193,12 @@ def test_link_batch_equals_link_one_by_one():
 def test_load_from_parquet_equals_from_tables(tmp_path):
     table = anchors(("port arden", "1", 6), ("port arden", "2", 2), ("belford", "3", 1))
     docs = pa.Table.from_pylist(
-        [{"doc_id": d, "title": t, "text": t, "sentences": [t], "source": "x"}
-         for d, t in (("1", "Port Arden"), ("2", "Port Arden (film)"), ("3", "Belford"), ("4", "Mara Quinn"))],
+        [
+            {"doc_id": d, "title": t, "text": t, "sentences": [t], "source": "x"}
+            for d, t in (("1", "Port Arden"), ("2", "Port Arden (film)"), ("3", "Belford"), ("4", "Mara Quinn"))
+        ],
         schema=schemas.DOCS,
-    )  # fmt: skip
+    )
     for name, t in (("anchors", table), ("docs", docs)):
         (tmp_path / name).mkdir()
         pq.write_table(t.slice(0, 2), tmp_path / name / "part-00000.parquet")

@@ -14,7 +14,11 @@ def claim(cid: int, label: str, *groups: list[tuple[str, int]]) -> dict:
     """A gold claim in paper_dev.jsonl's shape: groups of [annotation_id, evidence_id, page, line]."""
     if label == NEI:
         return {"id": cid, "label": label, "evidence": [[[cid, None, None, None]]]}
-    return {"id": cid, "label": label, "evidence": [[[cid, i, page, line] for i, (page, line) in enumerate(g)] for g in groups]}
+    return {
+        "id": cid,
+        "label": label,
+        "evidence": [[[cid, i, page, line] for i, (page, line) in enumerate(g)] for g in groups],
+    }
 
 
 def verdict(label: str, *evidence: tuple[str, int]) -> dict:
@@ -25,7 +29,9 @@ def verdict(label: str, *evidence: tuple[str, int]) -> dict:
 def test_known_answer_pair_equals_the_official_scorer(shared_data):
     folder = shared_data / "fever"
     official = json.loads((folder / "predictions_first3000.official_metrics.json").read_text())
-    result = evaluate_fever_files(str(folder / "paper_dev_first3000.jsonl"), str(folder / "predictions_first3000.jsonl"))
+    result = evaluate_fever_files(
+        str(folder / "paper_dev_first3000.jsonl"), str(folder / "predictions_first3000.jsonl")
+    )
     assert set(result) == set(official) == set(METRIC_KEYS)
     for key, value in official.items():
         assert result[key] == pytest.approx(value, abs=1e-9), key
@@ -104,13 +110,21 @@ def test_all_zero_evidence_gives_f1_zero_where_the_official_divides_by_zero():
 
 
 def test_slices_by_evidence_count():
-    gold = [claim(1, "SUPPORTS", [("A", 0), ("B", 0)], [("C", 0)]), claim(2, "REFUTES", [("A", 0), ("B", 0)]), claim(3, NEI)]
+    gold = [
+        claim(1, "SUPPORTS", [("A", 0), ("B", 0)], [("C", 0)]),
+        claim(2, "REFUTES", [("A", 0), ("B", 0)]),
+        claim(3, NEI),
+    ]
     predictions = [verdict("SUPPORTS", ("C", 0)), verdict("REFUTES", ("A", 0)), verdict(NEI)]
     slices = evaluate_fever(gold, predictions, slices=True)["slices"]
     assert slices["single_evidence"] == {
-        "claims": 1, "fever_score": 1.0, "label_accuracy": 1.0,
-        "evidence_precision": 1.0, "evidence_recall": 1.0, "evidence_f1": 1.0,
-    }  # fmt: skip
+        "claims": 1,
+        "fever_score": 1.0,
+        "label_accuracy": 1.0,
+        "evidence_precision": 1.0,
+        "evidence_recall": 1.0,
+        "evidence_f1": 1.0,
+    }
     assert slices["multi_evidence"]["claims"] == 1 and slices["multi_evidence"]["fever_score"] == 0.0
     assert slices["not_enough_info"]["fever_score"] == 1.0
 
@@ -125,7 +139,11 @@ def test_slices_by_evidence_count():
         ([claim(1, NEI)], [{"predicted_label": NEI}], "'predicted_evidence' is not a list"),
         ([claim(1, NEI)], [verdict(NEI, ("A", "0"))], "'predicted_evidence' is not a list"),
         ([{"id": 1, "label": "TRUE", "evidence": []}], [verdict(NEI)], "label 'TRUE' is not one of"),
-        ([{"id": 1, "label": "SUPPORTS", "evidence": [["A", 0]]}], [verdict(NEI)], "'evidence' is not a list of groups"),
+        (
+            [{"id": 1, "label": "SUPPORTS", "evidence": [["A", 0]]}],
+            [verdict(NEI)],
+            "'evidence' is not a list of groups",
+        ),
         ([], [], "no claims"),
     ],
 )
@@ -146,8 +164,12 @@ def test_cli_prints_one_json_object(tmp_path):
     result = CliRunner().invoke(app, ["eval", "fever", "--gold", gold, "--pred", pred])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {
-        "fever_score": 0.5, "label_accuracy": 0.5, "evidence_precision": 1.0, "evidence_recall": 1.0, "evidence_f1": 1.0,
-    }  # fmt: skip
+        "fever_score": 0.5,
+        "label_accuracy": 0.5,
+        "evidence_precision": 1.0,
+        "evidence_recall": 1.0,
+        "evidence_f1": 1.0,
+    }
 
 
 def test_cli_wrong_path_and_malformed_file_exit_2_with_one_line(tmp_path):

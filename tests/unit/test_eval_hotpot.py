@@ -16,7 +16,9 @@ def question(qid: str, answer: str, facts: list, kind: str = "bridge") -> dict:
 def test_known_answer_pair_equals_the_official_script(shared_data):
     folder = shared_data / "hotpotqa"
     official = json.loads((folder / "pred_train_sample500.official_metrics.json").read_text())
-    result = evaluate_hotpot_files(str(folder / "hotpot_train_sample500.json"), str(folder / "pred_train_sample500.json"))
+    result = evaluate_hotpot_files(
+        str(folder / "hotpot_train_sample500.json"), str(folder / "pred_train_sample500.json")
+    )
     assert set(result) == set(official) == set(METRIC_KEYS)
     for key, value in official.items():
         assert result[key] == pytest.approx(value, abs=1e-9), key
@@ -97,9 +99,15 @@ def test_missing_predictions_score_zero_and_averages_cover_all_gold_questions():
     assert result["sp_em"] == pytest.approx(2 / 3)
     assert result["joint_em"] == pytest.approx(1 / 3)  # only q1 has both
     assert result["slices"]["comparison"] == {
-        "questions": 1, "missing_answer": 1, "missing_sp": 0, **dict.fromkeys(METRIC_KEYS, 0.0), "sp_em": 1.0,
-        "sp_f1": 1.0, "sp_prec": 1.0, "sp_recall": 1.0,
-    }  # fmt: skip
+        "questions": 1,
+        "missing_answer": 1,
+        "missing_sp": 0,
+        **dict.fromkeys(METRIC_KEYS, 0.0),
+        "sp_em": 1.0,
+        "sp_f1": 1.0,
+        "sp_prec": 1.0,
+        "sp_recall": 1.0,
+    }
     assert result["slices"]["bridge"]["questions"] == 2 and result["slices"]["bridge"]["missing_sp"] == 1
 
 

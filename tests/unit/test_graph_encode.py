@@ -17,14 +17,35 @@ def tokenizer(minilm_path):
 
 
 def _node(sentences, anchors=(), spans=None, support=None, evidence=None, title="T", line=-1):
-    return {"doc_id": title, "title": title, "sentences": list(sentences), "anchors": list(anchors), "source": "ir",
-            "score": 1.0, "line": line, "answer_spans": spans, "supporting_sentences": support, "is_evidence": evidence}  # fmt: skip
+    return {
+        "doc_id": title,
+        "title": title,
+        "sentences": list(sentences),
+        "anchors": list(anchors),
+        "source": "ir",
+        "score": 1.0,
+        "line": line,
+        "answer_spans": spans,
+        "supporting_sentences": support,
+        "is_evidence": evidence,
+    }
 
 
 def _row(nodes, question="where was bo lind born?", edges=((0, 1),), **labels):
-    return {"qid": "q", "task": labels.pop("task", "hotpot"), "question": question, "question_type": "bridge",
-            "answer": None, "answer_type": None, "claim_label": None, "supporting_facts": None, "nodes": nodes,
-            "edges": [{"src": s, "dst": d} for s, d in edges], "edge_mode": "hyperlink", **labels}  # fmt: skip
+    return {
+        "qid": "q",
+        "task": labels.pop("task", "hotpot"),
+        "question": question,
+        "question_type": "bridge",
+        "answer": None,
+        "answer_type": None,
+        "claim_label": None,
+        "supporting_facts": None,
+        "nodes": nodes,
+        "edges": [{"src": s, "dst": d} for s, d in edges],
+        "edge_mode": "hyperlink",
+        **labels,
+    }
 
 
 def _text(tokenizer, ids):
@@ -33,18 +54,56 @@ def _text(tokenizer, ids):
 
 def test_node_layout_labels_and_offsets(tokenizer):
     para = ["Bo Lind was born in Parva.", " Parva is small."]
-    nodes = [_node(["Arden Works is a firm."], evidence=False, support=[], spans=[]),
-             _node(para, anchors=["Bo Lind", "founder"], spans=[{"start": 20, "end": 25}, {"start": 27, "end": 32}],
-                   support=[1], evidence=True)]  # fmt: skip
+    nodes = [
+        _node(["Arden Works is a firm."], evidence=False, support=[], spans=[]),
+        _node(
+            para,
+            anchors=["Bo Lind", "founder"],
+            spans=[{"start": 20, "end": 25}, {"start": 27, "end": 32}],
+            support=[1],
+            evidence=True,
+        ),
+    ]
     enc = encode_graph(_row(nodes, answer="Parva", answer_type="span"), tokenizer, 64)
     assert enc.num_nodes == 2 and enc.edges.tolist() == [[0, 1]]
     tokens = _text(tokenizer, enc.input_ids[1])
-    assert tokens == ["[CLS]", "where", "was", "bo", "lin", "##d", "born", "?", "[SEP]", "bo", "lin", "##d", "[SEP]",
-                      "founder", "[SEP]", "bo", "lin", "##d", "was", "born", "in", "par", "##va", ".", "par", "##va",
-                      "is", "small", ".", "[SEP]"]  # fmt: skip
+    assert tokens == [
+        "[CLS]",
+        "where",
+        "was",
+        "bo",
+        "lin",
+        "##d",
+        "born",
+        "?",
+        "[SEP]",
+        "bo",
+        "lin",
+        "##d",
+        "[SEP]",
+        "founder",
+        "[SEP]",
+        "bo",
+        "lin",
+        "##d",
+        "was",
+        "born",
+        "in",
+        "par",
+        "##va",
+        ".",
+        "par",
+        "##va",
+        "is",
+        "small",
+        ".",
+        "[SEP]",
+    ]
     first_paragraph = tokens.index("[SEP]", 13) + 1
     assert enc.token_type_ids[1].tolist() == [0] * first_paragraph + [1] * (len(tokens) - first_paragraph)
-    assert enc.paragraph_mask[1].tolist() == [False] * first_paragraph + [True] * (len(tokens) - first_paragraph - 1) + [False]
+    assert enc.paragraph_mask[1].tolist() == [False] * first_paragraph + [True] * (
+        len(tokens) - first_paragraph - 1
+    ) + [False]
     assert enc.sentence_ids[1][first_paragraph:-1].tolist() == [0] * 9 + [1] * 5
     # every occurrence, row 0 the first in the evidence node; spans decode back through the offsets
     assert enc.answer_spans.tolist() == [[1, 21, 22], [1, 24, 25]]
@@ -97,15 +156,41 @@ def test_roberta_style_specials_and_fever_rows():
     words = ["<pad>", "<s>", "</s>", "<unk>", "Soul", "Food", "is", "a", "film", "(", ")", "."]
     backend = Tokenizer(WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, cls_token="<s>", sep_token="</s>", unk_token="<unk>",
-                                  pad_token="<pad>")  # fmt: skip
-    node = _node(["Soul Food is a film ."], anchors=["Soul Food (film)"], title="Soul Food (film)", line=3,
-                 support=[0], evidence=True)  # fmt: skip
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend, cls_token="<s>", sep_token="</s>", unk_token="<unk>", pad_token="<pad>"
+    )
+    node = _node(
+        ["Soul Food is a film ."],
+        anchors=["Soul Food (film)"],
+        title="Soul Food (film)",
+        line=3,
+        support=[0],
+        evidence=True,
+    )
     row = _row([node], question="Soul Food is a film", edges=(), task="fever", claim_label="SUPPORTS")
     enc = encode_graph(row, tok, 32)
     assert tok.convert_ids_to_tokens(enc.input_ids[0].tolist()) == [
-        "<s>", "Soul", "Food", "is", "a", "film", "</s>", "Soul", "Food", "(", "film", ")", "</s>",
-        "Soul", "Food", "is", "a", "film", ".", "</s>"]  # fmt: skip
+        "<s>",
+        "Soul",
+        "Food",
+        "is",
+        "a",
+        "film",
+        "</s>",
+        "Soul",
+        "Food",
+        "(",
+        "film",
+        ")",
+        "</s>",
+        "Soul",
+        "Food",
+        "is",
+        "a",
+        "film",
+        ".",
+        "</s>",
+    ]
     assert enc.task == "fever" and enc.claim_label == 0 and enc.node_lines.tolist() == [3]
     assert enc.node_relevance.tolist() == [1] and enc.edges.shape == (0, 2)
 
@@ -133,7 +218,10 @@ def test_real_sample_answer_spans_decode_to_the_answer(shared_data, tokenizer):
         for i, node in enumerate(graph["nodes"]):
             for s in np.flatnonzero(enc.sentence_labels[i] == 1):
                 starts = enc.offsets[i][enc.sentence_ids[i] == s][:, 0]
-                assert node["sentences"][s].strip().lower().startswith(
-                    enc.node_paragraphs[i][starts.min() : starts.min() + 5].lower()
+                assert (
+                    node["sentences"][s]
+                    .strip()
+                    .lower()
+                    .startswith(enc.node_paragraphs[i][starts.min() : starts.min() + 5].lower())
                 )
     assert spans > answer_nodes >= 475  # every span answer has a node; several hold it more than once

@@ -47,9 +47,9 @@ def test_reads_the_real_fever_slice(shared_data):
     # five annotators chose the same sentence: one group
     assert by_qid["137334"]["evidence"] == [[{"page": "Soul_Food_-LRB-film-RRB-", "line": 0}]]
     # groups stay groups: a claim is verified by all sentences of one of them
-    assert [{"page": "Telemundo", "line": 4}, {"page": "Hispanic_and_Latino_Americans", "line": 0}] in by_qid[
-        "111897"
-    ]["evidence"]
+    assert [{"page": "Telemundo", "line": 4}, {"page": "Hispanic_and_Latino_Americans", "line": 0}] in by_qid["111897"][
+        "evidence"
+    ]
     for row, record in zip(rows, records):
         gold = {(e[2], e[3]) for group in record["evidence"] for e in group if e[2] is not None}
         assert {(s["page"], s["line"]) for group in row["evidence"] for s in group} == gold
@@ -57,8 +57,12 @@ def test_reads_the_real_fever_slice(shared_data):
 
 
 def test_malformed_claims_are_quarantined_with_the_reason():
-    good = {"id": 7, "claim": "Soul Food was released by Fox 2000 Pictures.", "label": "SUPPORTS",
-            "evidence": [[[1, 2, "Soul_Food_-LRB-film-RRB-", 2]]]}  # fmt: skip
+    good = {
+        "id": 7,
+        "claim": "Soul Food was released by Fox 2000 Pictures.",
+        "label": "SUPPORTS",
+        "evidence": [[[1, 2, "Soul_Food_-LRB-film-RRB-", 2]]],
+    }
     lines = [
         json.dumps(good),
         "",  # blank: not a record
@@ -72,8 +76,14 @@ def test_malformed_claims_are_quarantined_with_the_reason():
         json.dumps({"id": 12, "claim": "A claim.", "label": "SUPPORTS", "evidence": [[[1, None, None, None]]]}),
         json.dumps({"id": 13, "claim": "A claim.", "label": "REFUTES", "evidence": [[[1, 2, "Page", -1]]]}),
         json.dumps({"id": 14, "claim": "A claim.", "label": "NOT ENOUGH INFO", "evidence": [[[1, 2, "Page", 0]]]}),
-        json.dumps({"id": 15, "claim": "A claim.", "label": "SUPPORTS",
-                    "evidence": [[[1, 2, "Page", 0], [1, None, None, None]]]}),  # fmt: skip
+        json.dumps(
+            {
+                "id": 15,
+                "claim": "A claim.",
+                "label": "SUPPORTS",
+                "evidence": [[[1, 2, "Page", 0], [1, None, None, None]]],
+            }
+        ),
         json.dumps({"id": 16, "claim": "A new claim."}),  # no label, no evidence: a claim to verify
         json.dumps({"id": "17", "claim": "Unknown evidence.", "label": "REFUTES", "evidence": None}),
     ]
@@ -98,11 +108,15 @@ def test_malformed_claims_are_quarantined_with_the_reason():
     assert all(q["source"] == "claims.jsonl" and q["raw"] for q in quarantined)
 
     assert rows == [
-        {"qid": "7", "claim": good["claim"], "label": "SUPPORTS",
-         "evidence": [[{"page": "Soul_Food_-LRB-film-RRB-", "line": 2}]]},
+        {
+            "qid": "7",
+            "claim": good["claim"],
+            "label": "SUPPORTS",
+            "evidence": [[{"page": "Soul_Food_-LRB-film-RRB-", "line": 2}]],
+        },
         {"qid": "16", "claim": "A new claim.", "label": None, "evidence": None},
         {"qid": "17", "claim": "Unknown evidence.", "label": "REFUTES", "evidence": None},
-    ]  # fmt: skip
+    ]
     pa.Table.from_pylist(rows, schema=schemas.CLAIMS)
     pa.Table.from_pylist(quarantined, schema=schemas.QUARANTINE)
 
@@ -110,17 +124,25 @@ def test_malformed_claims_are_quarantined_with_the_reason():
 # --- graphs over a small hand-made corpus ---------------------------------------------------------
 
 PAGES = {
-    "Soul_Food_-LRB-film-RRB-": ["Soul Food is a 1997 American comedy-drama film.",
-                                 "It was produced by Kenneth Edmonds.",
-                                 "", "It was released by Fox 2000 Pictures."],
-    "Fox_2000_Pictures": ["Fox 2000 Pictures is an American film production company.",
-                          "It is a division of 20th Century Studios."],
-    "Telemundo": ["Telemundo is an American Spanish-language television network.",
-                  "It is owned by NBCUniversal.", "Its audience is Hispanic and Latino Americans."],
+    "Soul_Food_-LRB-film-RRB-": [
+        "Soul Food is a 1997 American comedy-drama film.",
+        "It was produced by Kenneth Edmonds.",
+        "",
+        "It was released by Fox 2000 Pictures.",
+    ],
+    "Fox_2000_Pictures": [
+        "Fox 2000 Pictures is an American film production company.",
+        "It is a division of 20th Century Studios.",
+    ],
+    "Telemundo": [
+        "Telemundo is an American Spanish-language television network.",
+        "It is owned by NBCUniversal.",
+        "Its audience is Hispanic and Latino Americans.",
+    ],
     "Hispanic_and_Latino_Americans": ["Hispanic and Latino Americans are Americans of Spanish descent."],
     "Soul_music": ["Soul music is a popular music genre.", "It originated in the United States."],
     "Kenneth_Edmonds": ["Kenneth Edmonds is an American singer and record producer."],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -140,10 +162,14 @@ def claim(qid: str, text: str, label: str | None, *groups: list[tuple[str, int]]
 
 
 SOUL_FOOD = claim("1", "Soul Food was released by Fox 2000 Pictures.", "SUPPORTS", [("Soul_Food_-LRB-film-RRB-", 3)])
-TELEMUNDO = claim("2", "Telemundo is an English-language network for Hispanic and Latino Americans.", "REFUTES",
-                  [("Missing_page", 0)],
-                  [("Telemundo", 0), ("Hispanic_and_Latino_Americans", 0)],
-                  [("Telemundo", 2)])  # fmt: skip
+TELEMUNDO = claim(
+    "2",
+    "Telemundo is an English-language network for Hispanic and Latino Americans.",
+    "REFUTES",
+    [("Missing_page", 0)],
+    [("Telemundo", 0), ("Hispanic_and_Latino_Americans", 0)],
+    [("Telemundo", 2)],
+)
 UNVERIFIABLE = claim("3", "Kenneth Edmonds has a twin sibling.", "NOT ENOUGH INFO")
 
 
@@ -154,7 +180,11 @@ def test_gold_evidence_comes_first_with_its_lines(docs):
 
     first = soul["nodes"][0]
     assert (first["doc_id"], first["line"], first["source"], first["is_evidence"]) == (
-        "Soul_Food_-LRB-film-RRB-", 3, "evidence", True)  # fmt: skip
+        "Soul_Food_-LRB-film-RRB-",
+        3,
+        "evidence",
+        True,
+    )
     assert first["sentences"] == ["It was released by Fox 2000 Pictures."]  # line 3, the empty line 2 counted
     assert first["title"] == "Soul Food (film)" and first["anchors"] == ["Soul Food (film)"]
     assert first["supporting_sentences"] == [0]
@@ -164,7 +194,10 @@ def test_gold_evidence_comes_first_with_its_lines(docs):
 
     # the first group is not in the corpus: the first complete one leads, then the other groups' sentences
     assert [(n["doc_id"], n["line"], n["source"]) for n in telemundo["nodes"][:3]] == [
-        ("Telemundo", 0, "evidence"), ("Hispanic_and_Latino_Americans", 0, "evidence"), ("Telemundo", 2, "evidence")]  # fmt: skip
+        ("Telemundo", 0, "evidence"),
+        ("Hispanic_and_Latino_Americans", 0, "evidence"),
+        ("Telemundo", 2, "evidence"),
+    ]
     assert telemundo["claim_label"] == "REFUTES" and telemundo["question"] == TELEMUNDO["claim"]
     assert {"title": "Telemundo", "sent": 2} in telemundo["supporting_facts"]
     assert {"title": "Missing page", "sent": 0} in telemundo["supporting_facts"]  # gold, whatever the corpus has
@@ -196,8 +229,13 @@ def test_new_claims_have_unknown_labels(docs):
 
 
 def test_missing_gold_evidence_is_quarantined_only_for_training(docs):
-    lost = claim("5", "Soul Food was directed by George Tillman Jr.", "SUPPORTS",
-                 [("George_Tillman_Jr.", 0)], [("Soul_Food_-LRB-film-RRB-", 9)])  # fmt: skip
+    lost = claim(
+        "5",
+        "Soul Food was directed by George Tillman Jr.",
+        "SUPPORTS",
+        [("George_Tillman_Jr.", 0)],
+        [("Soul_Food_-LRB-film-RRB-", 9)],
+    )
     graphs, quarantined = build([lost, SOUL_FOOD], docs, gold_evidence=True)
     assert [g["qid"] for g in graphs] == ["1"]
     [q] = quarantined

@@ -6,9 +6,19 @@ import pytest
 
 from xh.config import GraphsConfig
 from xh.graph.hotpot import (
-    NO_ANSWER, NO_NODES, HotpotGraphBuilder, answer_char_spans, answer_type_of, distractor_graphs,
-    distractor_items, make_edges, mention_links, read_distractor_questions, resolve_question_types, select_nodes,
-)  # fmt: skip
+    NO_ANSWER,
+    NO_NODES,
+    HotpotGraphBuilder,
+    answer_char_spans,
+    answer_type_of,
+    distractor_graphs,
+    distractor_items,
+    make_edges,
+    mention_links,
+    read_distractor_questions,
+    resolve_question_types,
+    select_nodes,
+)
 from xh.wiki.titles import normalize_title
 
 SAMPLE = "hotpotqa/hotpot_train_sample500.json"
@@ -46,7 +56,11 @@ def test_answer_spans_are_every_whole_word_occurrence_case_insensitive():
 
 def test_question_type_from_data_then_classifier_then_default():
     questions = [{"question": "a", "type": "comparison"}, {"question": "b", "type": None}, {"question": "c"}]
-    assert resolve_question_types(questions, None) == [("comparison", "data"), ("bridge", "default"), ("bridge", "default")]
+    assert resolve_question_types(questions, None) == [
+        ("comparison", "data"),
+        ("bridge", "default"),
+        ("bridge", "default"),
+    ]
     seen = []
 
     def classify(texts):
@@ -64,16 +78,27 @@ def _cand(doc_id, source, rank, surface=None):
 
 
 def test_node_choice_ir_el_per_surface_expansion_and_first_source_wins():
-    cands = [_cand("a", "ir", 0), _cand("b", "ir", 1), _cand("c", "ir", 2),
-             _cand("b", "el", 0, "Bee"), _cand("d", "el", 1, "Bee"), _cand("e", "el", 2, "Eel"),
-             *(_cand(f"x{k}", "exp", k) for k in range(20)), _cand("a", "exp", 20)]  # fmt: skip
+    cands = [
+        _cand("a", "ir", 0),
+        _cand("b", "ir", 1),
+        _cand("c", "ir", 2),
+        _cand("b", "el", 0, "Bee"),
+        _cand("d", "el", 1, "Bee"),
+        _cand("e", "el", 2, "Eel"),
+        *(_cand(f"x{k}", "exp", k) for k in range(20)),
+        _cand("a", "exp", 20),
+    ]
     bridge = select_nodes(cands, "bridge", GraphsConfig())
     assert [n["doc_id"] for n in bridge] == ["a", "b", "e", *(f"x{k}" for k in range(15))]
     assert [n["source"] for n in bridge[:3]] == ["ir", "ir", "el"]  # b is ir and el: keeps ir
     comparison = select_nodes(cands, "comparison", GraphsConfig())
     assert [n["doc_id"] for n in comparison] == ["a", "b", "e"]  # no expansion
     assert [n["doc_id"] for n in select_nodes(cands, "bridge", GraphsConfig(el_per_surface=2, expansion_keep=0))] == [
-        "a", "b", "d", "e"]  # fmt: skip
+        "a",
+        "b",
+        "d",
+        "e",
+    ]
 
 
 def _builder(**settings):
@@ -87,8 +112,14 @@ def _builder(**settings):
 
 
 def _question(qid="q", answer="Parva", qtype="bridge", facts=(("Bo Lind", 0),)):
-    return {"qid": qid, "question": "Where was the founder of Arden Works born?", "answer": answer, "type": qtype,
-            "level": None, "supporting_facts": [{"title": t, "sent": s} for t, s in facts]}  # fmt: skip
+    return {
+        "qid": qid,
+        "question": "Where was the founder of Arden Works born?",
+        "answer": answer,
+        "type": qtype,
+        "level": None,
+        "supporting_facts": [{"title": t, "sent": s} for t, s in facts],
+    }
 
 
 def test_hyperlinks_become_edges_from_linking_to_linked_page_with_anchors():
@@ -133,22 +164,37 @@ def test_questions_without_answer_node_or_nodes_are_quarantined_with_the_reason(
 
 def test_bad_records_are_quarantined_with_reasons():
     good = {"_id": "g", "question": "Who?", "answer": "x", "context": [["T", ["x y."]]]}
-    records = [good, {"_id": "n", "question": "Who?"}, {"_id": "b", "question": "Who?", "context": [["T", "x"]]},
-               {"_id": "e", "question": "Who?", "context": [["T", []]]}, {"_id": "", "question": "Who?"}, dict(good)]  # fmt: skip
+    records = [
+        good,
+        {"_id": "n", "question": "Who?"},
+        {"_id": "b", "question": "Who?", "context": [["T", "x"]]},
+        {"_id": "e", "question": "Who?", "context": [["T", []]]},
+        {"_id": "", "question": "Who?"},
+        dict(good),
+    ]
     items, quarantined = distractor_items(records, "f.json")
     assert [i.question["qid"] for i in items] == ["g"] and items[0].position == 1
     reasons = {q["position"]: q["reason"] for q in quarantined}
-    assert reasons == {2: "invalid context: no context paragraphs",
-                       3: "invalid context: context paragraph \"['T', 'x']\" is not [title, [sentences]]",
-                       4: "invalid context: no context paragraphs with text", 5: "missing id", 6: "duplicate id"}  # fmt: skip
+    assert reasons == {
+        2: "invalid context: no context paragraphs",
+        3: "invalid context: context paragraph \"['T', 'x']\" is not [title, [sentences]]",
+        4: "invalid context: no context paragraphs with text",
+        5: "missing id",
+        6: "duplicate id",
+    }
     assert len(items) + len(quarantined) == len(records)
 
 
 def test_mentions_of_a_title_link_paragraphs():
-    context = [("Caliente (Inna song)", ["\"Caliente\" is a song by Inna."]), ("Inna", ["Inna is a singer."]),
-               ("Party Never Ends", ["An album; a party never ends."])]  # fmt: skip
+    context = [
+        ("Caliente (Inna song)", ['"Caliente" is a song by Inna.']),
+        ("Inna", ["Inna is a singer."]),
+        ("Party Never Ends", ["An album; a party never ends."]),
+    ]
     links = mention_links(context)
-    assert [(l.src, l.dst, l.anchor) for l in links] == [(0, 1, "Inna")]  # case-sensitive: "party never ends" is no mention
+    assert [(link.src, link.dst, link.anchor) for link in links] == [
+        (0, 1, "Inna")
+    ]  # case-sensitive: "party never ends" is no mention
 
 
 @pytest.mark.shared_data

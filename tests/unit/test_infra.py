@@ -46,7 +46,9 @@ def _docs(path: Path) -> list[dict]:
 
 def _manifests() -> list[dict]:
     """Every Kubernetes object under infra/k8s (the kustomization and the project config are not objects)."""
-    return [d for p in sorted(K8S.glob("*.yaml")) for d in _docs(p) if "apiVersion" in d and d["kind"] != "Kustomization"]
+    return [
+        d for p in sorted(K8S.glob("*.yaml")) for d in _docs(p) if "apiVersion" in d and d["kind"] != "Kustomization"
+    ]
 
 
 def _one(kind: str, name: str | None = None) -> dict:
@@ -95,10 +97,17 @@ def test_every_yaml_file_parses_into_mappings(path):
 def test_manifests_have_the_expected_kinds_and_api_versions():
     kinds = {(m["apiVersion"], m["kind"]) for m in _manifests()}
     for expected in [
-        ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayJob"), ("batch/v1", "CronJob"), ("v1", "ServiceAccount"),
-        ("rbac.authorization.k8s.io/v1", "Role"), ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("v1", "Service"), ("v1", "Namespace"),
-    ]:  # fmt: skip
+        ("ray.io/v1", "RayCluster"),
+        ("ray.io/v1", "RayJob"),
+        ("batch/v1", "CronJob"),
+        ("v1", "ServiceAccount"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "StatefulSet"),
+        ("v1", "Service"),
+        ("v1", "Namespace"),
+    ]:
         assert expected in kinds, f"no {expected[1]} ({expected[0]}) under infra/k8s"
     assert {m["apiVersion"] for m in _manifests() if m["kind"] in ("RayCluster", "RayJob")} == {"ray.io/v1"}
 
@@ -231,7 +240,11 @@ def test_cronjob_is_forbidden_to_overlap_and_its_role_allows_rayjobs():
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     account = pod["serviceAccountName"]
     assert _one("ServiceAccount", account)
-    binding = next(b for b in _manifests() if b["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account} in b["subjects"])
+    binding = next(
+        b
+        for b in _manifests()
+        if b["kind"] == "RoleBinding" and {"kind": "ServiceAccount", "name": account} in b["subjects"]
+    )
     role = _one("Role", binding["roleRef"]["name"])
     rules = [r for r in role["rules"] if "ray.io" in r["apiGroups"] and "rayjobs" in r["resources"]]
     assert rules and {"create", "get", "list", "delete", "patch", "watch"} <= set(rules[0]["verbs"])
@@ -327,11 +340,20 @@ ENDED = "2026-01-02T03:05:00Z"
 # status) or when the submitter failed; .status.endTime is set in that same status update, and only then.
 RAYJOB_ENDINGS = {
     "the Ray job succeeded": ({"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete", "endTime": ENDED}, 0),
-    "the Ray job failed": ({"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "endTime": ENDED}, 1),
+    "the Ray job failed": (
+        {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "reason": "AppFailed", "endTime": ENDED},
+        1,
+    ),
     "the Ray job was stopped": ({"jobStatus": "STOPPED", "jobDeploymentStatus": "Complete", "endTime": ENDED}, 1),
-    "the deadline passed": ({"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "endTime": ENDED}, 1),
-    "the submission failed": ({"jobStatus": "PENDING", "jobDeploymentStatus": "Failed", "reason": "SubmissionFailed", "endTime": ENDED}, 1),
-}  # fmt: skip
+    "the deadline passed": (
+        {"jobStatus": "RUNNING", "jobDeploymentStatus": "Failed", "reason": "DeadlineExceeded", "endTime": ENDED},
+        1,
+    ),
+    "the submission failed": (
+        {"jobStatus": "PENDING", "jobDeploymentStatus": "Failed", "reason": "SubmissionFailed", "endTime": ENDED},
+        1,
+    ),
+}
 
 
 @pytest.mark.parametrize("ending", RAYJOB_ENDINGS)
@@ -355,26 +377,34 @@ def test_cronjob_renders_and_applies_the_dated_batch_scoring_rayjob_and_waits_pa
     job = json.loads((tmp_path / "state" / "applied.json").read_text())
     # The template is the batch-scoring RayJob itself, shipped by kustomize as a ConfigMap, renamed for the day.
     assert job["kind"] == "RayJob" and job["apiVersion"] == "ray.io/v1"
-    assert job["metadata"]["name"] == f"xh-score-{dt.datetime.now(dt.timezone.utc):%Y%m%d}"
+    assert job["metadata"]["name"] == f"xh-score-{dt.datetime.now(dt.UTC):%Y%m%d}"
     assert {**job, "metadata": None} == {**_rayjobs()["rayjob-score.yaml"], "metadata": None}
     assert _module_of(job["spec"]["entrypoint"]) == "workflows.score"
     # The wait outlasts the RayJob's own deadline (which ends it), and the Job's deadline outlasts the wait.
     job_spec = _one("CronJob")["spec"]["jobTemplate"]["spec"]
     wait = next(c for c in job_spec["template"]["spec"]["initContainers"] if c["name"] == "wait")
-    timeout = int(next(a for a in wait["args"] if a.startswith("--timeout=")).removeprefix("--timeout=").removesuffix("s"))
+    timeout = int(
+        next(a for a in wait["args"] if a.startswith("--timeout=")).removeprefix("--timeout=").removesuffix("s")
+    )
     assert job["spec"]["activeDeadlineSeconds"] < timeout < job_spec["activeDeadlineSeconds"]
 
 
 # --- credentials ------------------------------------------------------------------------------
 
 SECRET_NAMES = (
-    "AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
-)  # fmt: skip
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SESSION_TOKEN",
+    "MLFLOW_TRACKING_PASSWORD",
+    "MLFLOW_TRACKING_TOKEN",
+)
 
 
 def _all_rayjobs() -> list[tuple[str, dict]]:
     """Every RayJob under infra/k8s, the template the CronJob ships included (it is rayjob-score.yaml)."""
-    return [(str(p.relative_to(K8S)), d) for p in sorted(K8S.rglob("*.yaml")) for d in _docs(p) if d.get("kind") == "RayJob"]
+    return [
+        (str(p.relative_to(K8S)), d) for p in sorted(K8S.rglob("*.yaml")) for d in _docs(p) if d.get("kind") == "RayJob"
+    ]
 
 
 def test_no_rayjob_puts_s3_or_mlflow_secrets_in_its_runtime_env_or_entrypoint():
@@ -394,7 +424,9 @@ def test_s3_keys_reach_pods_only_as_a_mounted_credentials_file_and_irsa_is_the_d
     for kind in ("RayCluster", "Deployment"):
         for manifest in (m for m in _manifests() if m["kind"] == kind):
             for spec in _pod_specs(manifest):
-                assert spec.get("serviceAccountName") == "xh-ray", f"{kind} {manifest['metadata']['name']} has no IRSA role"
+                assert spec.get("serviceAccountName") == "xh-ray", (
+                    f"{kind} {manifest['metadata']['name']} has no IRSA role"
+                )
                 volumes = {v["name"]: v for v in spec.get("volumes", [])}
                 for container in spec["containers"]:
                     assert not container.get("envFrom"), "secrets as env values"
@@ -452,7 +484,9 @@ def test_dockerfile_pins_a_cuda_base_and_torch_installs_the_project_and_runs_as_
     assert 'pip install "torch==2.13.0"' in resolved
     assert "torch==2.13.0" in (ROOT / "Makefile").read_text(), "the Makefile and the image pin different torch"
     assert re.search(r'^RUN pip install "\.\[offline\]"', resolved, flags=re.M), "the project is not installed"
-    assert re.search(r"^COPY .*\bxh\b", resolved, flags=re.M) and re.search(r"^COPY .*\bworkflows\b", resolved, flags=re.M)
+    assert re.search(r"^COPY .*\bxh\b", resolved, flags=re.M) and re.search(
+        r"^COPY .*\bworkflows\b", resolved, flags=re.M
+    )
     users = re.findall(r"^USER (\S+)", resolved, flags=re.M)
     assert users and users[-1] not in ("root", "0")
     assert re.match(r"3\.1[0-2]$", args["PYTHON_VERSION"])
@@ -466,14 +500,20 @@ SUBMIT = INFRA / "submit.sh"
 def test_submit_sh_is_valid_shell_and_shellcheck_clean():
     assert subprocess.run(["bash", "-n", str(SUBMIT)], capture_output=True).returncode == 0
     if shutil.which("shellcheck"):
-        checked = subprocess.run(["shellcheck", str(SUBMIT), str(INFRA / "mlflow-server.sh")], capture_output=True, text=True)
+        checked = subprocess.run(
+            ["shellcheck", str(SUBMIT), str(INFRA / "mlflow-server.sh")], capture_output=True, text=True
+        )
         assert checked.returncode == 0, checked.stdout
 
 
 def _submit(args: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_", "MLFLOW_", "XH_"))}
     return subprocess.run(
-        ["bash", str(SUBMIT), *args], env={**clean, "HOME": str(tmp_path), **env}, capture_output=True, text=True, timeout=30
+        ["bash", str(SUBMIT), *args],
+        env={**clean, "HOME": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
 
 
@@ -487,7 +527,9 @@ def test_submit_sh_help_and_one_line_errors(tmp_path):
     ]
     for args, env, message in cases:
         done = _submit(args, env, tmp_path)
-        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
+            done.stderr
+        )
 
 
 def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path):
@@ -504,10 +546,16 @@ def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path)
     fake_ray.chmod(0o755)
     secret = "s3cr3t-value-for-the-test"
     env = {
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RAY_ADDRESS": "http://head:8265", "RAY_AUTH_TOKEN": "t0ken",
-        "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": "eu-west-3", "MY_EXTRA": "x", "XH_JOB_ENV": "MY_EXTRA",
-        "XH_SUBMIT_OPTS": "--no-wait --submission-id abc", "UNRELATED": "y",
-    }  # fmt: skip
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "http://head:8265",
+        "RAY_AUTH_TOKEN": "t0ken",
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_REGION": "eu-west-3",
+        "MY_EXTRA": "x",
+        "XH_JOB_ENV": "MY_EXTRA",
+        "XH_SUBMIT_OPTS": "--no-wait --submission-id abc",
+        "UNRELATED": "y",
+    }
     done = _submit(["synth", "--config", "configs/demo.yaml", "--set", "synth.num_docs=100"], env, tmp_path)
     assert done.returncode == 0, done.stderr
     seen = json.loads(record.read_text())
@@ -515,7 +563,16 @@ def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path)
     assert secret not in " ".join(argv) and secret not in done.stdout + done.stderr and "t0ken" not in " ".join(argv)
     assert argv[:3] == ["job", "submit", "--address"] and argv[3] == "http://head:8265"
     assert argv[argv.index("--working-dir") + 1] == str(ROOT)
-    assert argv[argv.index("--") :] == ["--", "python", "-m", "workflows.synth", "--config", "configs/demo.yaml", "--set", "synth.num_docs=100"]
+    assert argv[argv.index("--") :] == [
+        "--",
+        "python",
+        "-m",
+        "workflows.synth",
+        "--config",
+        "configs/demo.yaml",
+        "--set",
+        "synth.num_docs=100",
+    ]
     assert {"--no-wait", "--submission-id", "abc"} <= set(argv[: argv.index("--")])
     assert runtime_env["env_vars"]["AWS_REGION"] == "eu-west-3" and runtime_env["env_vars"]["MY_EXTRA"] == "x"
     assert secret not in json.dumps(runtime_env), "a credential travelled in the job's runtime env"
@@ -525,7 +582,12 @@ def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path)
 
 
 def test_submit_sh_refuses_to_pass_secrets_named_in_xh_job_env(tmp_path):
-    env = {"RAY_ADDRESS": "http://head:8265", "RAY_AUTH_TOKEN": "t0ken", "XH_JOB_ENV": "MY_DB_PASSWORD AWS_SECRET_ACCESS_KEY",
-           "AWS_SECRET_ACCESS_KEY": "s3cr3t", "MY_DB_PASSWORD": "pw"}  # fmt: skip
+    env = {
+        "RAY_ADDRESS": "http://head:8265",
+        "RAY_AUTH_TOKEN": "t0ken",
+        "XH_JOB_ENV": "MY_DB_PASSWORD AWS_SECRET_ACCESS_KEY",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t",
+        "MY_DB_PASSWORD": "pw",
+    }
     done = _submit(["synth"], env, tmp_path)
     assert done.returncode == 2 and "names secrets" in done.stderr and "s3cr3t" not in done.stderr + done.stdout

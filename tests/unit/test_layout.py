@@ -85,8 +85,11 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_library_never_imports_the_drivers():
-    backwards = {m: sorted(t for t in targets if t.split(".")[0] == "workflows")
-                 for m, targets in import_graph().items() if m.split(".")[0] == "xh"}  # fmt: skip
+    backwards = {
+        m: sorted(t for t in targets if t.split(".")[0] == "workflows")
+        for m, targets in import_graph().items()
+        if m.split(".")[0] == "xh"
+    }
     assert not {m: t for m, t in backwards.items() if t}
 
 

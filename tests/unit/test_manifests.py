@@ -158,7 +158,9 @@ def crd_errors(doc: dict, folder: Path) -> list[str]:
         errors.append(f"{'.'.join(str(p) for p in error.absolute_path) or '<root>'}: {error.message}")
     # A custom resource's metadata is an ObjectMeta like any other: check it with Kubernetes' own schema.
     for version in K8S_VERSIONS:
-        errors += kubernetes_errors({"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc.get("metadata", {})}, version)
+        errors += kubernetes_errors(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc.get("metadata", {})}, version
+        )
     return errors
 
 
@@ -287,7 +289,7 @@ def test_the_closed_schema_keeps_open_what_kubernetes_keeps_open():
                 "fixed": {"type": "object", "properties": {"a": {"type": "string", "nullable": True}}},
             },
         }
-    )  # fmt: skip
+    )
     validator = jsonschema.Draft7Validator(schema)
     assert validator.is_valid({"labels": {"any": "x"}, "free": {"b": 1}, "fixed": {"a": None}})
     assert not validator.is_valid({"fixed": {"b": "x"}}) and not validator.is_valid({"other": 1})

@@ -127,17 +127,39 @@ def hotpot_graphs(tokenizer) -> list[EncodedGraph]:
     """Three labelled graphs of different sizes and shapes (chain, star, single node)."""
     return [
         make_graph(
-            tokenizer, "q1", "Where is the tower built by Gustave Eiffel's company?", [GUSTAVE, EIFFEL, STATUE],
-            [(0, 1), (1, 0), (2, 0)], answer=(1, "Paris, France"), relevance=[1, 1, 0],
-            supporting={0: [1], 1: [0]}, answer_type=0, question_type=0,
+            tokenizer,
+            "q1",
+            "Where is the tower built by Gustave Eiffel's company?",
+            [GUSTAVE, EIFFEL, STATUE],
+            [(0, 1), (1, 0), (2, 0)],
+            answer=(1, "Paris, France"),
+            relevance=[1, 1, 0],
+            supporting={0: [1], 1: [0]},
+            answer_type=0,
+            question_type=0,
         ),
         make_graph(
-            tokenizer, "q2", "Were the tower and the statue engineered by the same man?", [STATUE, EIFFEL],
-            [(0, 1), (1, 0)], relevance=[1, 1], supporting={0: [1], 1: [0]}, answer_type=1, question_type=1,
+            tokenizer,
+            "q2",
+            "Were the tower and the statue engineered by the same man?",
+            [STATUE, EIFFEL],
+            [(0, 1), (1, 0)],
+            relevance=[1, 1],
+            supporting={0: [1], 1: [0]},
+            answer_type=1,
+            question_type=1,
         ),
         make_graph(
-            tokenizer, "q3", "When did the tower open?", [EIFFEL], [], answer=(0, "1889"), relevance=[1],
-            supporting={0: [1]}, answer_type=0, question_type=0,
+            tokenizer,
+            "q3",
+            "When did the tower open?",
+            [EIFFEL],
+            [],
+            answer=(0, "1889"),
+            relevance=[1],
+            supporting={0: [1]},
+            answer_type=0,
+            question_type=0,
         ),
     ]
 
@@ -315,8 +337,17 @@ def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(backbone, t
     assert len(rank_terms) == 2  # q1 and q3 have a span answer; q2 is yes/no
     torch.testing.assert_close(out.losses["node"], bce + torch.stack(rank_terms).mean())
     # raising the answer node's logit lowers the loss; raising its supporting neighbour's raises the rank term
-    heads = {name: getattr(out, name) for name in ("node_logits", "start_logits", "end_logits",
-                                                     "answer_type_logits", "sentence_logits", "sentence_mask")}
+    heads = {
+        name: getattr(out, name)
+        for name in (
+            "node_logits",
+            "start_logits",
+            "end_logits",
+            "answer_type_logits",
+            "sentence_logits",
+            "sentence_mask",
+        )
+    }
     answer = int(batch.answer_node[0])
     neighbour = 0 if answer != 0 else 1
     up = dict(heads, node_logits=logits.clone().index_put_((torch.tensor([answer]),), logits[answer] + 1.0))
@@ -424,10 +455,19 @@ def fever_graphs(tokenizer) -> list[EncodedGraph]:
     claim1, claim2 = "The Eiffel Tower is in Paris.", "Gustave Eiffel designed the Statue of Liberty."
     full = lambda n: [(i, j) for i in range(n) for j in range(n) if i != j]  # noqa: E731
     return [
-        make_graph(tokenizer, "c1", claim1, [EIFFEL[:1], EIFFEL[1:], GUSTAVE[:1]], full(3), task="fever",
-                   relevance=[1, 0, 0], claim_label=0),
-        make_graph(tokenizer, "c2", claim2, [STATUE[:1], STATUE[1:]], full(2), task="fever",
-                   relevance=[0, 1], claim_label=1),
+        make_graph(
+            tokenizer,
+            "c1",
+            claim1,
+            [EIFFEL[:1], EIFFEL[1:], GUSTAVE[:1]],
+            full(3),
+            task="fever",
+            relevance=[1, 0, 0],
+            claim_label=0,
+        ),
+        make_graph(
+            tokenizer, "c2", claim2, [STATUE[:1], STATUE[1:]], full(2), task="fever", relevance=[0, 1], claim_label=1
+        ),
     ]
 
 

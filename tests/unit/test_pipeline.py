@@ -80,7 +80,9 @@ def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
 
     tables, _ = synth_tables
     docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch([f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())])
+    tokens = Analyzer().analyze_batch(
+        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
+    )
     shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
     cfg = load_config(None, [f"model.backbone={tiny_backbone}", "model.max_node_tokens=64"])
     retrieval, graph = settings_of(cfg)
@@ -90,8 +92,9 @@ def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
     XHModel.from_backbone(cfg.model).save_pretrained(folder)
     model_half = Pipeline.load(model=str(folder), batch_graphs=3)
     assert model_half.retriever is None  # only what was asked for is loaded
-    return Pipeline(retriever, str(tables), graph, model=model_half.model, tokenizer=model_half.tokenizer,
-                    batch_graphs=3)
+    return Pipeline(
+        retriever, str(tables), graph, model=model_half.model, tokenizer=model_half.tokenizer, batch_graphs=3
+    )
 
 
 def test_settings_for_new_questions_come_from_the_config_and_require_no_answer():
@@ -111,8 +114,14 @@ def test_questions_become_graphs_and_predictions_and_a_question_without_document
     graphs, quarantined = pipeline.graphs(questions)
     assert [g["qid"] for g in graphs] == [q["_id"] for q in world_questions[:4]]
     assert all(g["nodes"] and g["question"] == q["question"] for g, q in zip(graphs, world_questions))
-    assert quarantined == [{"source": "graphs", "position": -1, "reason": NO_NODES,
-                            "raw": json.dumps({"qid": "nothing", "question": "Zqxv wvut ptqz?"})}]
+    assert quarantined == [
+        {
+            "source": "graphs",
+            "position": -1,
+            "reason": NO_NODES,
+            "raw": json.dumps({"qid": "nothing", "question": "Zqxv wvut ptqz?"}),
+        }
+    ]
 
     predictions = pipeline.predict(graphs)
     assert [p["qid"] for p in predictions] == [g["qid"] for g in graphs]
@@ -130,8 +139,20 @@ def test_questions_become_graphs_and_predictions_and_a_question_without_document
 
 
 def test_a_fever_prediction_becomes_a_row_with_the_label_as_answer():
-    prediction = {"qid": "7", "label": "REFUTES", "label_probs": {"SUPPORTS": 0.1, "REFUTES": 0.7, "NOT ENOUGH INFO": 0.2},
-                  "evidence": [["Page", 3]]}
+    prediction = {
+        "qid": "7",
+        "label": "REFUTES",
+        "label_probs": {"SUPPORTS": 0.1, "REFUTES": 0.7, "NOT ENOUGH INFO": 0.2},
+        "evidence": [["Page", 3]],
+    }
     row = prediction_row("Is it?", prediction)
-    assert row == {"qid": "7", "question": "Is it?", "answer": "REFUTES", "answer_doc_id": None, "answer_title": None,
-                   "answer_type": None, "supporting_facts": [{"title": "Page", "sent": 3}], "score": 0.7}
+    assert row == {
+        "qid": "7",
+        "question": "Is it?",
+        "answer": "REFUTES",
+        "answer_doc_id": None,
+        "answer_title": None,
+        "answer_type": None,
+        "supporting_facts": [{"title": "Page", "sent": 3}],
+        "score": 0.7,
+    }

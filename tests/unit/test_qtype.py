@@ -21,12 +21,38 @@ from xh.model.qtype import (
     main,
 )
 
-NAMES = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Muse", "Blur", "Oasis", "Snatch", "Heat", "Paris", "Lyon",
-         "Kurt Gerron", "Tori Amos", "The Offspring", "Radiohead", "Jaws", "Alien", "Berlin", "Madrid"]  # fmt: skip
-COMPARISON = ["Who was born first, {a} or {b}?", "Are {a} and {b} both American?", "Which is older, {a} or {b}?",
-              "Were {a} and {b} formed in the same city?"]  # fmt: skip
-BRIDGE = ["What city was the director of {a} born in?", "Which label released the debut album of {a}?",
-          "In what year was the founder of {a} born?", "The singer of {a} was raised in which county?"]  # fmt: skip
+NAMES = [
+    "Ada Lovelace",
+    "Alan Turing",
+    "Grace Hopper",
+    "Muse",
+    "Blur",
+    "Oasis",
+    "Snatch",
+    "Heat",
+    "Paris",
+    "Lyon",
+    "Kurt Gerron",
+    "Tori Amos",
+    "The Offspring",
+    "Radiohead",
+    "Jaws",
+    "Alien",
+    "Berlin",
+    "Madrid",
+]
+COMPARISON = [
+    "Who was born first, {a} or {b}?",
+    "Are {a} and {b} both American?",
+    "Which is older, {a} or {b}?",
+    "Were {a} and {b} formed in the same city?",
+]
+BRIDGE = [
+    "What city was the director of {a} born in?",
+    "Which label released the debut album of {a}?",
+    "In what year was the founder of {a} born?",
+    "The singer of {a} was raised in which county?",
+]
 
 
 def templated(n: int, seed: int) -> tuple[list[str], list[str]]:
@@ -159,8 +185,12 @@ def test_main_counts_bad_records_and_saves(backbone, tmp_path, capsys):
     assert summary["records"] == 154 and summary["quarantined"] == 4
     assert summary["train"] + summary["test"] + summary["quarantined"] == summary["records"]
     assert summary["test"] == 30 and summary["questions"] == 30
-    assert summary["quarantine_reasons"] == {"missing type": 1, "missing question": 1, "unknown type 'other'": 1,
-                                             "invalid record: not an object": 1}  # fmt: skip
+    assert summary["quarantine_reasons"] == {
+        "missing type": 1,
+        "missing question": 1,
+        "unknown type 'other'": 1,
+        "invalid record: not an object": 1,
+    }
     assert summary["accuracy"] >= 0.9
     loaded = QuestionTypeClassifier.load(tmp_path / "out")
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["accuracy"] == summary["accuracy"]

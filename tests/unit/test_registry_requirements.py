@@ -14,4 +14,3 @@ def test_requirements_pin_the_installed_public_versions_without_local_labels():
     for name, pinned in pins.items():
         assert re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?", pinned), f"{name}=={pinned}"
         assert pinned == Version(version(name)).public
-

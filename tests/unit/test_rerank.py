@@ -56,15 +56,22 @@ def test_hotpot_pairs_take_supporting_paragraphs_as_positives():
 
 
 def test_retrieval_pairs_take_bm25_candidates_as_hard_negatives():
-    docs = {"1": ("Arden Works", "Arden Works is a firm."), "2": ("Mara Quinn", "Born in Lake Melholm."),
-            "3": ("Lake Melholm", "A city."), "4": ("East Ebbridge", "A town."), "5": ("Other", "x")}  # fmt: skip
+    docs = {
+        "1": ("Arden Works", "Arden Works is a firm."),
+        "2": ("Mara Quinn", "Born in Lake Melholm."),
+        "3": ("Lake Melholm", "A city."),
+        "4": ("East Ebbridge", "A town."),
+        "5": ("Other", "x"),
+    }
     questions = [{"qid": "q1", "question": "Where?", "supporting_facts": [{"title": "Mara Quinn", "sent": 0}]}]
     candidates = [{"qid": "q1", "doc_id": d, "source": "ir", "rank": k} for k, d in enumerate(["4", "2", "3", "5"])]
     candidates.append({"qid": "q1", "doc_id": "1", "source": "el", "rank": 0})
     examples = examples_from_candidates(questions, candidates, docs, negatives_per_positive=2)
     assert [(e.passage.split(".")[0], e.label) for e in examples] == [
-        ("Mara Quinn", 1.0), ("East Ebbridge", 0.0), ("Lake Melholm", 0.0)
-    ]  # fmt: skip
+        ("Mara Quinn", 1.0),
+        ("East Ebbridge", 0.0),
+        ("Lake Melholm", 0.0),
+    ]
 
 
 def test_epoch_batches_are_full_and_reshuffled_per_epoch():
@@ -124,8 +131,10 @@ def test_training_on_a_toy_task_ranks_positives_first(minilm_path):
     def pairs(word: str) -> list[Example]:
         other = rng.choice([w for w in seen if w != word])
         question = f"where is the {word}?"
-        return [Example("q", question, f"the {word} is in the box.", 1.0),
-                Example("q", question, f"the {other} is in the box.", 0.0)]  # fmt: skip
+        return [
+            Example("q", question, f"the {word} is in the box.", 1.0),
+            Example("q", question, f"the {other} is in the box.", 0.0),
+        ]
 
     def top1(pool: list[str]) -> int:
         hits = 0
@@ -168,7 +177,9 @@ def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, t
 
     tables, questions = synth_tables
     docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch([f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())])
+    tokens = Analyzer().analyze_batch(
+        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
+    )
     shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
     parts = ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
     bridge = [q for q in questions if q["type"] == "bridge"][:3]

@@ -4,7 +4,12 @@ from xh.retrieval.evaluate import normalize_answer, retrieval_report
 def test_recall_measures_per_type():
     docs = {"a": ("Alpha", "Alpha was born in Paris."), "b": ("Beta", "Beta is a band."), "c": ("Gamma", "x")}
     questions = [
-        {"qid": "1", "type": "bridge", "answer": "Paris", "supporting_facts": [{"title": "Alpha", "sent": 0}, {"title": "Beta", "sent": 0}]},
+        {
+            "qid": "1",
+            "type": "bridge",
+            "answer": "Paris",
+            "supporting_facts": [{"title": "Alpha", "sent": 0}, {"title": "Beta", "sent": 0}],
+        },
         {"qid": "2", "type": "comparison", "answer": "yes", "supporting_facts": [{"title": "Gamma", "sent": 0}]},
     ]
     candidates = [

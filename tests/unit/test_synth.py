@@ -99,8 +99,13 @@ def test_same_seed_gives_identical_bytes_and_another_seed_does_not(tmp_path):
     spec = synth.WorldSpec(num_docs=90, seed=5)
     synth.write_world(spec, open_under(tmp_path / "a"), docs_per_shard=40, num_questions=12, num_claims=12)
     synth.write_world(spec, open_under(tmp_path / "b"), docs_per_shard=40, num_questions=12, num_claims=12)
-    synth.write_world(synth.WorldSpec(num_docs=90, seed=6), open_under(tmp_path / "c"), docs_per_shard=40,
-                      num_questions=12, num_claims=12)
+    synth.write_world(
+        synth.WorldSpec(num_docs=90, seed=6),
+        open_under(tmp_path / "c"),
+        docs_per_shard=40,
+        num_questions=12,
+        num_claims=12,
+    )
     a, b, c = (_files(tmp_path / x) for x in "abc")
     assert a == b
     assert a.keys() == c.keys()
@@ -134,8 +139,14 @@ def test_titles_are_unique_at_200k_documents():
 def test_plain_names_of_different_sorts_never_collide():
     """Round-0 names of every name pool, at the largest size: only deliberate reuse may repeat."""
     layout = _layout(synth.WorldSpec(num_docs=1_000_000))
-    pools = [layout.persons, layout.cities, layout.universities, layout.companies,
-             layout.phrase_films, layout.phrase_bands]
+    pools = [
+        layout.persons,
+        layout.cities,
+        layout.universities,
+        layout.companies,
+        layout.phrase_films,
+        layout.phrase_bands,
+    ]
     seen: dict[str, str] = {}
     for pool in pools:
         for base in range(pool.size):

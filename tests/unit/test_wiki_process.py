@@ -41,7 +41,9 @@ def table(root, name):
 @pytest.fixture
 def hotpot_dump(tmp_path):
     a = [
-        hotpot_line("1", "Alpha", ['Alpha is near <a href="Beta">the Beta</a>.', ' It faces <a href="Gamma%20Town">Gamma</a>.']),
+        hotpot_line(
+            "1", "Alpha", ['Alpha is near <a href="Beta">the Beta</a>.', ' It faces <a href="Gamma%20Town">Gamma</a>.']
+        ),
         '{"id": "9", "title": ',  # invalid JSON
         hotpot_line("2", "Beta", ['Beta links <a href="Nowhere">nowhere</a> and <a href="alpha">Alpha</a>.']),
     ]
@@ -61,9 +63,17 @@ def test_hotpot_dump_resolves_links_dedups_ids_and_counts_anchors(hotpot_dump):
     summary = process.process_in_process("hotpot", files, out, partitions=3, rows_per_file=2)
 
     assert summary == {
-        "files": 2, "records": 5, "skipped": 0, "docs": 3, "redirects": 0, "links": 6, "missing_links": 1,
-        "redirects_unresolved": 0, "quarantined": 2, "duplicate_ids": 1,
-    }  # fmt: skip
+        "files": 2,
+        "records": 5,
+        "skipped": 0,
+        "docs": 3,
+        "redirects": 0,
+        "links": 6,
+        "missing_links": 1,
+        "redirects_unresolved": 0,
+        "quarantined": 2,
+        "duplicate_ids": 1,
+    }
     assert summary["records"] == summary["docs"] + summary["redirects"] + summary["quarantined"]
     docs = {d["doc_id"]: d for d in table(out, "docs")}
     assert {d: docs[d]["title"] for d in docs} == {"1": "Alpha", "2": "Beta", "3": "Gamma Town"}  # first copy kept

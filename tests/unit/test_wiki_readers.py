@@ -64,8 +64,7 @@ ANARCHISM = {
     "url": "https://en.wikipedia.org/wiki?curid=12",
     "title": "Anarchism",
     "text": [
-        "Anarchism is a political philosophy that advocates self-governed societies based on voluntary"
-        " institutions.",
+        "Anarchism is a political philosophy that advocates self-governed societies based on voluntary institutions.",
         " These are often described as stateless societies, although several authors have defined them more"
         " specifically as institutions based on non-hierarchical free associations.",
         " Anarchism holds the state to be undesirable, unnecessary, and harmful.",
@@ -78,8 +77,7 @@ ANARCHISM = {
         " authors have defined them more specifically as institutions based on non-"
         '<a href="Hierarchy">hierarchical</a> <a href="Free%20association%20%28communism%20and%20anarchism%29">'
         "free associations</a>.",
-        ' Anarchism holds the <a href="state%20%28polity%29">state</a> to be undesirable, unnecessary,'
-        " and harmful.",
+        ' Anarchism holds the <a href="state%20%28polity%29">state</a> to be undesirable, unnecessary, and harmful.',
     ],
     "charoffset_with_links": [],
 }
@@ -153,7 +151,10 @@ def test_hotpot_abstract_that_is_only_its_title_stays_a_doc() -> None:
     (doc, lost), counts = read("hotpot", jsonl(page))
     assert doc.sentences == [title] and doc.links == []  # a malformed text_with_links costs the links only
     assert (lost.kind, lost.partial, lost.position, lost.reason) == (
-        "quarantine", True, 1, "links dropped: text_with_links is not a list"
+        "quarantine",
+        True,
+        1,
+        "links dropped: text_with_links is not a list",
     )
     assert (counts.records, counts.docs, counts.quarantined, counts.partial) == (1, 1, 0, 1)
 
@@ -179,12 +180,17 @@ def test_hotpot_links_are_dropped_when_they_do_not_align_with_the_sentences() ->
     no_links = {key: value for key, value in ANARCHISM.items() if key != "text_with_links"} | {"id": "14"}
     records, counts = read("hotpot", jsonl(whole, page, no_links))
     assert [(r.kind, r.partial if r.kind == "quarantine" else None) for r in records] == [
-        ("doc", None), ("doc", None), ("quarantine", True), ("doc", None)
-    ]  # fmt: skip
+        ("doc", None),
+        ("doc", None),
+        ("quarantine", True),
+        ("doc", None),
+    ]
     doc, lost = records[1], records[2]
     assert doc.sentences == ANARCHISM["text"] and doc.links == [] and records[0].links
     n = len(ANARCHISM["text"])
-    assert lost.reason == f"links dropped: text_with_links has 2 sentences, text has {n}" and lost.group == "links dropped"
+    assert (
+        lost.reason == f"links dropped: text_with_links has 2 sentences, text has {n}" and lost.group == "links dropped"
+    )
     assert lost.position == 2 and json.loads(lost.raw)["id"] == ANARCHISM["id"]
     assert set(lost.row()) == set(QUARANTINE.names)  # a row of the quarantine table like any other
     assert counts.balanced and (counts.records, counts.docs, counts.quarantined, counts.partial) == (3, 3, 0, 1)

@@ -184,7 +184,9 @@ def _predicted_claim(number: int, record: Any, gold: dict) -> PredictedClaim:
     # The official scorer would score against a prediction's own copy of the gold: it must be the same.
     for key in ("id", "label", "evidence"):
         if key in record and record[key] != gold.get(key):
-            raise EvalInputError(f"{where}: {key} {_short(record[key])} differs from the gold line's {_short(gold.get(key))}")
+            raise EvalInputError(
+                f"{where}: {key} {_short(record[key])} differs from the gold line's {_short(gold.get(key))}"
+            )
     return PredictedClaim(label, [(page, line) for page, line in evidence])
 
 

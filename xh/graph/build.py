@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 import numpy as np
 import pyarrow.compute as pc
@@ -93,7 +93,9 @@ def _distractor_builder(settings: GraphsConfig, source: str) -> ShardBuild:
     return build
 
 
-def _retrieval_builder(tables: str, doc_ids: list[str], settings: GraphsConfig, s3: S3Settings | None, source: str) -> ShardBuild:
+def _retrieval_builder(
+    tables: str, doc_ids: list[str], settings: GraphsConfig, s3: S3Settings | None, source: str
+) -> ShardBuild:
     builder = HotpotGraphBuilder.load(tables, doc_ids, settings, s3)
 
     def build(items: list[dict]):
@@ -135,7 +137,9 @@ def hotpot_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Setti
     for row in candidates.to_pylist():
         by_qid.setdefault(row["qid"], []).append(row)
     doc_ids = sorted(set(candidates["doc_id"].to_pylist()))
-    items = [{"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)]
+    items = [
+        {"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)
+    ]
     return TaskPlan(items, [], partial(_retrieval_builder, tables, doc_ids, settings, s3, join(retrieval, "questions")))
 
 
@@ -150,7 +154,10 @@ def _fever_builder(tables: str, settings: FeverGraphSettings, s3: S3Settings | N
         graphs, quarantined = builder.build(claims, [i["position"] for i in items])
         claim_of = {c["qid"]: c for c in claims}
         verdicts = [holds_gold_group(graph, claim_of[graph["qid"]]) for graph in graphs]
-        flags = Counter(fever_verifiable=sum(v is not None for v in verdicts), fever_gold_group_in_graph=sum(v is True for v in verdicts))
+        flags = Counter(
+            fever_verifiable=sum(v is not None for v in verdicts),
+            fever_gold_group_in_graph=sum(v is True for v in verdicts),
+        )
         return graphs, quarantined, flags
 
     return build

@@ -29,7 +29,7 @@ paragraph's sentences); `sentence_labels` cover those. Unknown labels are -1.
 from __future__ import annotations
 
 import bisect
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -42,7 +42,9 @@ def _index(value: str | None, choices: tuple[str, ...]) -> int:
     return choices.index(value) if value in choices else -1
 
 
-def truncate_node(question_len: int, anchor_lens: list[int], paragraph_len: int, max_tokens: int) -> tuple[int, list[int], int]:
+def truncate_node(
+    question_len: int, anchor_lens: list[int], paragraph_len: int, max_tokens: int
+) -> tuple[int, list[int], int]:
     """Lengths kept of the question, of each anchor (emptied anchors removed) and of the paragraph."""
     anchors = [n for n in anchor_lens if n > 0]
     q, p = question_len, paragraph_len
@@ -86,7 +88,9 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
     anchor_ids = iter(ids[1 : 1 + len(flat_anchors)])
     first_paragraph = 1 + len(flat_anchors)
 
-    per_node: dict[str, list] = {k: [] for k in ("input_ids", "token_type_ids", "paragraph_mask", "offsets", "sentence_ids")}
+    per_node: dict[str, list] = {
+        k: [] for k in ("input_ids", "token_type_ids", "paragraph_mask", "offsets", "sentence_ids")
+    }
     num_sentences, sentence_labels, has_answer, relevance = [], [], [], []
     spans: list[tuple[int, int, int, int, int]] = []  # (priority, node, char start, token start, token end)
     for i, node in enumerate(nodes):

@@ -44,8 +44,9 @@ title in the claim) is quarantined too, and evaluation must count it as a miss.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -107,18 +108,20 @@ def build_fever_graph(claim: dict, sentences: Sequence[EvidenceSentence], gold: 
     nodes = []
     for s in sentences:
         is_evidence = None if gold is None else (s.doc_id, s.line) in gold
-        nodes.append({
-            "doc_id": s.doc_id,
-            "title": s.title,
-            "sentences": [s.sentence.strip()],  # the docs table keeps HotpotQA's leading space
-            "anchors": [s.title],
-            "source": s.source,
-            "score": s.score,
-            "line": s.line,
-            "answer_spans": None,
-            "supporting_sentences": None if is_evidence is None else ([0] if is_evidence else []),
-            "is_evidence": is_evidence,
-        })  # fmt: skip
+        nodes.append(
+            {
+                "doc_id": s.doc_id,
+                "title": s.title,
+                "sentences": [s.sentence.strip()],  # the docs table keeps HotpotQA's leading space
+                "anchors": [s.title],
+                "source": s.source,
+                "score": s.score,
+                "line": s.line,
+                "answer_spans": None,
+                "supporting_sentences": None if is_evidence is None else ([0] if is_evidence else []),
+                "is_evidence": is_evidence,
+            }
+        )
     n = len(nodes)
     return {
         "qid": claim["qid"],
@@ -165,7 +168,7 @@ class FeverGraphBuilder:
         )
 
     @classmethod
-    def load(cls, tables_uri: str, settings: FeverGraphSettings, s3: S3Settings | None = None) -> "FeverGraphBuilder":
+    def load(cls, tables_uri: str, settings: FeverGraphSettings, s3: S3Settings | None = None) -> FeverGraphBuilder:
         """Read `<tables_uri>/docs` (local or s3://) and index it."""
         fs, root = resolve(join(tables_uri, "docs"), s3)
         try:
@@ -236,14 +239,17 @@ class FeverGraphBuilder:
         tokens = self.analyzer.analyze_batch(f"{self.titles[p]} {self.sentences[p][line]}" for p, line in pool)
         scores = np.zeros(len(pool))
         if terms and any(tokens):
-            shard = BM25Shard.build([str(i) for i in range(len(pool))], tokens, CorpusStats.from_token_lists(tokens),
-                                    analyzer=self.analyzer)  # fmt: skip
+            shard = BM25Shard.build(
+                [str(i) for i in range(len(pool))], tokens, CorpusStats.from_token_lists(tokens), analyzer=self.analyzer
+            )
             scores = shard.score_all([terms])[0]
         ranked = []
         for i in np.argsort(-scores, kind="stable").tolist():
             p, line = pool[i]
             sentence = self.sentences[p][line]
-            ranked.append(EvidenceSentence(self.doc_ids[p], self.titles[p], line, sentence, "retrieved", float(scores[i])))
+            ranked.append(
+                EvidenceSentence(self.doc_ids[p], self.titles[p], line, sentence, "retrieved", float(scores[i]))
+            )
         return ranked
 
     def _gold(self, claim: dict) -> tuple[list[tuple[int, int]], set[tuple[str, int]] | None]:
@@ -285,8 +291,11 @@ class FeverGraphBuilder:
         chosen = []
         for p, line in gold_rows[:limit]:
             doc_id = self.doc_ids[p]
-            chosen.append(EvidenceSentence(doc_id, self.titles[p], line, self.sentences[p][line], "evidence",
-                                           score_of.get((doc_id, line))))  # fmt: skip
+            chosen.append(
+                EvidenceSentence(
+                    doc_id, self.titles[p], line, self.sentences[p][line], "evidence", score_of.get((doc_id, line))
+                )
+            )
         taken = {(s.doc_id, s.line) for s in chosen}
         chosen += [s for s in retrieved if (s.doc_id, s.line) not in taken][: limit - len(chosen)]
         return chosen

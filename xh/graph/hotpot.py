@@ -64,7 +64,8 @@ import json
 import random
 import re
 from collections import defaultdict
-from typing import Callable, Iterable, NamedTuple, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
@@ -105,7 +106,9 @@ class NodeLink(NamedTuple):
 # --- edges -----------------------------------------------------------------------------------
 
 
-def make_edges(num_nodes: int, links: Iterable[tuple[int, int]], mode: str, order_key: str = "", seed: int = 13) -> list[dict]:
+def make_edges(
+    num_nodes: int, links: Iterable[tuple[int, int]], mode: str, order_key: str = "", seed: int = 13
+) -> list[dict]:
     """Edge rows `{src, dst}` (sorted, no self-loops, no repeats) for one graph in an edge mode."""
     if mode == "hyperlink":
         pairs = {(s, d) for s, d in links if s != d}
@@ -188,7 +191,7 @@ def assemble_graph(
     qtype, qtype_source = question_type
     flags = ["question_type_" + qtype_source] if qtype_source != "data" else []
     mode = "full" if qtype == "comparison" and settings.comparison_full else settings.edge_mode
-    edges = make_edges(len(nodes), ((l.src, l.dst) for l in links), mode, question["qid"], settings.seed)
+    edges = make_edges(len(nodes), ((link.src, link.dst) for link in links), mode, question["qid"], settings.seed)
     anchors = node_anchors(len(nodes), links)
 
     answer = question.get("answer")
@@ -305,7 +308,7 @@ class HotpotGraphBuilder:
         settings: GraphsConfig,
         s3: S3Settings | None = None,
         classifier: QuestionClassifier | None = None,
-    ) -> "HotpotGraphBuilder":
+    ) -> HotpotGraphBuilder:
         """Read only the given documents from `<tables>/docs` and the links among them from `<tables>/links`."""
         import pyarrow as pa
 
@@ -367,8 +370,13 @@ def _context_of(record: dict) -> list[tuple[str, list[str]]]:
         raise ValueError("no context paragraphs")
     out = []
     for para in context:
-        if not (isinstance(para, (list, tuple)) and len(para) == 2 and isinstance(para[0], str) and isinstance(para[1], list)
-                and all(isinstance(s, str) for s in para[1])):  # fmt: skip
+        if not (
+            isinstance(para, (list, tuple))
+            and len(para) == 2
+            and isinstance(para[0], str)
+            and isinstance(para[1], list)
+            and all(isinstance(s, str) for s in para[1])
+        ):
             raise ValueError(f"context paragraph {str(para)[:80]!r} is not [title, [sentences]]")
         if para[1]:
             out.append((para[0], list(para[1])))
@@ -427,21 +435,31 @@ def mention_links(context: list[tuple[str, list[str]]]) -> list[NodeLink]:
     return links
 
 
-def distractor_graphs(items: list[DistractorItem], settings: GraphsConfig,
-                      classifier: QuestionClassifier | None = None) -> list[Outcome]:  # fmt: skip
+def distractor_graphs(
+    items: list[DistractorItem], settings: GraphsConfig, classifier: QuestionClassifier | None = None
+) -> list[Outcome]:
     """One outcome per item: a graph over the record's own context paragraphs."""
     types = resolve_question_types([item.question for item in items], classifier)
     outcomes = []
     for (question, context, _), qtype in zip(items, types):
         nodes = [
-            {"doc_id": normalize_title(title), "title": normalize_title(title), "sentences": sentences,
-             "source": "context", "score": 0.0}
+            {
+                "doc_id": normalize_title(title),
+                "title": normalize_title(title),
+                "sentences": sentences,
+                "source": "context",
+                "score": 0.0,
+            }
             for title, sentences in context
-        ]  # fmt: skip
+        ]
         outcomes.append(assemble_graph(question, nodes, mention_links(context), qtype, settings))
     return outcomes
 
 
-def distractor_graph(question: dict, context: list[tuple[str, list[str]]], settings: GraphsConfig,
-                     classifier: QuestionClassifier | None = None) -> Outcome:  # fmt: skip
+def distractor_graph(
+    question: dict,
+    context: list[tuple[str, list[str]]],
+    settings: GraphsConfig,
+    classifier: QuestionClassifier | None = None,
+) -> Outcome:
     return distractor_graphs([DistractorItem(question, context)], settings, classifier)[0]

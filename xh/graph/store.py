@@ -13,7 +13,7 @@ a folder of their own (`QUARANTINE` schema), never beside the graphs.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -27,8 +27,9 @@ def shard_name(shard: int) -> str:
     return f"part-{shard:05d}.parquet"
 
 
-def write_shard(rows: list[dict], folder: str, shard: int, schema: pa.Schema = schemas.GRAPHS,
-                s3: S3Settings | None = None) -> str:  # fmt: skip
+def write_shard(
+    rows: list[dict], folder: str, shard: int, schema: pa.Schema = schemas.GRAPHS, s3: S3Settings | None = None
+) -> str:
     """Write rows (cast to `schema`) as one Parquet file of `folder`; returns its URI."""
     uri = join(folder, shard_name(shard))
     fs, path = resolve(uri, s3)

@@ -1,10 +1,10 @@
 """The Transformer-XH model: hop attention over any BERT-family encoder, task heads, batching, decoding.
 
-    from xh.model import XHModel, collate, decode
-    model = XHModel.from_backbone(cfg.model)
-    batch = collate(graphs)                       # graphs: EncodedGraph (xh.graph.encode)
-    out = model(batch)                            # out.loss, out.losses, logits
-    predictions = decode(graphs, batch, out, cfg.model.max_answer_tokens)
+from xh.model import XHModel, collate, decode
+model = XHModel.from_backbone(cfg.model)
+batch = collate(graphs)                       # graphs: EncodedGraph (xh.graph.encode)
+out = model(batch)                            # out.loss, out.losses, logits
+predictions = decode(graphs, batch, out, cfg.model.max_answer_tokens)
 """
 
 from xh.model.batch import GraphBatch, collate, pack_batches

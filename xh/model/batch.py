@@ -19,8 +19,8 @@ outside its graph, arrays of a node that disagree in length, a token's sentence 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -118,7 +118,7 @@ def collate(graphs: Sequence[EncodedGraph]) -> GraphBatch:
         paragraph_mask[row, :size] = g.paragraph_mask[i]
         sentence_ids[row, :size] = g.sentence_ids[i]
         if i < len(g.sentence_labels):
-            labels = np.asarray(g.sentence_labels[i])[: max_sentences]
+            labels = np.asarray(g.sentence_labels[i])[:max_sentences]
             sentence_labels[row, : len(labels)] = labels
 
     offsets = np.cumsum([0] + [g.num_nodes for g in graphs])

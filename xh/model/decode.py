@@ -23,7 +23,7 @@ FEVER, one dict per graph:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -35,8 +35,14 @@ SUPPORTING_NODES = 2
 SENTENCE_THRESHOLD = 0.5
 MAX_EVIDENCE = 5
 _OUTPUTS = (
-    "node_logits", "start_logits", "end_logits", "answer_type_logits", "sentence_logits", "sentence_mask",
-    "importance", "claim_log_probs",
+    "node_logits",
+    "start_logits",
+    "end_logits",
+    "answer_type_logits",
+    "sentence_logits",
+    "sentence_mask",
+    "importance",
+    "claim_log_probs",
 )
 
 

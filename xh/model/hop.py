@@ -35,9 +35,10 @@ destination node, so no attention crosses graphs. Pure torch (index_add_ / scatt
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 from torch import nn

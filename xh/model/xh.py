@@ -163,4 +163,3 @@ class XHModel(nn.Module):
             loss = loss + 0.0 * sum(value.sum() for value in heads.values() if value.is_floating_point())
         hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}
         return XHOutput(hidden_states=hidden, loss=loss, losses=losses, **heads, **hop)
-

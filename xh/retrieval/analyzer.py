@@ -37,8 +37,8 @@ import json
 import re
 import threading
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import Stemmer  # PyStemmer: the Snowball stemmers compiled to C
 
@@ -107,8 +107,10 @@ class Analyzer:
         object.__setattr__(self, "_lock", threading.Lock())
 
     def __reduce__(self):
-        return (Analyzer, (self.language, self.stop_words, self.normalization, self.lowercase, self.token_pattern,
-                           self.cache_size))  # fmt: skip
+        return (
+            Analyzer,
+            (self.language, self.stop_words, self.normalization, self.lowercase, self.token_pattern, self.cache_size),
+        )
 
     # -- settings ------------------------------------------------------------------------------
 
@@ -131,7 +133,7 @@ class Analyzer:
         return f"{ANALYZER_NAME}/{ANALYZER_VERSION}:snowball-{self.language}:{digest}"
 
     @classmethod
-    def from_settings(cls, settings: dict) -> "Analyzer":
+    def from_settings(cls, settings: dict) -> Analyzer:
         """Rebuild the analyzer `settings()` describes; refuses settings from another analyzer version."""
         if settings.get("name") != ANALYZER_NAME or settings.get("version") != ANALYZER_VERSION:
             raise AnalyzerMismatchError(

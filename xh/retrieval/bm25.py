@@ -71,8 +71,8 @@ import json
 import math
 import posixpath
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -172,7 +172,7 @@ class CorpusStats:
     doc_freqs: dict[str, int] = field(repr=False)  # term -> number of documents containing it
 
     @classmethod
-    def from_token_lists(cls, token_lists: Iterable[Sequence[str]]) -> "CorpusStats":
+    def from_token_lists(cls, token_lists: Iterable[Sequence[str]]) -> CorpusStats:
         """The stats of these documents (each a list of terms from the analyzer)."""
         doc_freqs: Counter = Counter()
         num_docs = total_length = 0
@@ -183,7 +183,7 @@ class CorpusStats:
         return cls(num_docs, total_length, dict(doc_freqs))
 
     @classmethod
-    def merge(cls, parts: Iterable["CorpusStats"]) -> "CorpusStats":
+    def merge(cls, parts: Iterable[CorpusStats]) -> CorpusStats:
         """The stats of the union of disjoint document sets (e.g. the shards' partial stats)."""
         doc_freqs: Counter = Counter()
         num_docs = total_length = 0
@@ -403,7 +403,7 @@ class BM25Shard:
         analyzer: Analyzer | None = None,
         doc_start: int = 0,
         params: BM25Params = BM25Params(),
-    ) -> "BM25Shard":
+    ) -> BM25Shard:
         """Index documents `doc_start ..` of the corpus `stats` describes.
 
         `token_lists` must come from `analyzer` (default `Analyzer()`), which the shard records and
@@ -623,7 +623,7 @@ class BM25Shard:
         return manifest
 
     @classmethod
-    def load(cls, uri: str, analyzer: Analyzer | None = None, s3: storage.S3Settings | None = None) -> "BM25Shard":
+    def load(cls, uri: str, analyzer: Analyzer | None = None, s3: storage.S3Settings | None = None) -> BM25Shard:
         """Read a saved shard. With `analyzer`, refuse a shard built with another one
         (`AnalyzerMismatchError`); without, use the analyzer the manifest records.
 

@@ -46,7 +46,7 @@ class Passages:
         self._titles, self._texts = docs["title"], docs["text"]
 
     @classmethod
-    def load(cls, tables_uri: str, s3: S3Settings | None = None) -> "Passages":
+    def load(cls, tables_uri: str, s3: S3Settings | None = None) -> Passages:
         fs, root = resolve(tables_uri, s3)
         columns = ["doc_id", "title", "text"]
         return cls(pq.read_table(f"{root}/docs", filesystem=fs, schema=schemas.DOCS, columns=columns))
@@ -62,8 +62,15 @@ class Retriever:
     """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph,
     and, when `settings.reranker` names one, the re-ranker with the docs' texts."""
 
-    def __init__(self, shards: list[BM25Shard], linker: EntityLinker, graph: LinkGraph, settings: RetrieveConfig,
-                 reranker=None, passages: Passages | None = None):  # fmt: skip
+    def __init__(
+        self,
+        shards: list[BM25Shard],
+        linker: EntityLinker,
+        graph: LinkGraph,
+        settings: RetrieveConfig,
+        reranker=None,
+        passages: Passages | None = None,
+    ):
         if (reranker is None) != (passages is None):
             raise ValueError("a re-ranker needs the docs' passages, and passages need a re-ranker")
         self.shards, self.linker, self.graph, self.settings = shards, linker, graph, settings
@@ -83,8 +90,14 @@ class Retriever:
             from xh.retrieval.rerank import CrossEncoder
 
             reranker, passages = CrossEncoder.load(settings.reranker, s3), Passages.load(tables_uri, s3)
-        return cls(load_index(index_uri, s3), EntityLinker.load(tables_uri, s3=s3), LinkGraph.load(tables_uri, s3=s3),
-                   settings, reranker, passages)  # fmt: skip
+        return cls(
+            load_index(index_uri, s3),
+            EntityLinker.load(tables_uri, s3=s3),
+            LinkGraph.load(tables_uri, s3=s3),
+            settings,
+            reranker,
+            passages,
+        )
 
     @property
     def ranker(self) -> str:
@@ -134,16 +147,25 @@ class Retriever:
             linked = sorted(linked, key=lambda link: (-link.score, link.start))
         ir_ranker, el_ranker = ("reranker", "reranker") if rerank else ("bm25", "commonness")
         rows = [_row(qid, d, "ir", score, rank, ir_ranker) for rank, (d, score) in enumerate(zip(ir_ids, ir_scores))]
-        rows += [_row(qid, link.doc_id, "el", link.score, rank, el_ranker, link.surface) for rank, link in enumerate(linked)]
+        rows += [
+            _row(qid, link.doc_id, "el", link.score, rank, el_ranker, link.surface) for rank, link in enumerate(linked)
+        ]
         seeds = list(dict.fromkeys([*ir_ids[: settings.ir_keep], *(link.doc_id for link in linked)]))
         if not seeds:
             return rows
         scorer = None
         if terms:
-            scorer = (lambda ids: self._rerank_neighbours(question, terms, list(ids))) if rerank else (
-                lambda ids: self.score_docs(terms, list(ids)))  # fmt: skip
-        expansion = self.graph.expand(seeds, question_scorer=scorer, top_k=settings.expansion_keep,
-                                      max_candidates=settings.expansion_max_neighbours)  # fmt: skip
+            scorer = (
+                (lambda ids: self._rerank_neighbours(question, terms, list(ids)))
+                if rerank
+                else (lambda ids: self.score_docs(terms, list(ids)))
+            )
+        expansion = self.graph.expand(
+            seeds,
+            question_scorer=scorer,
+            top_k=settings.expansion_keep,
+            max_candidates=settings.expansion_max_neighbours,
+        )
         exp_ranker = "links" if expansion.ranking != "scorer" else "reranker" if rerank else "bm25"
         rows += [_row(qid, doc.doc_id, "exp", float(doc.score), doc.rank - 1, exp_ranker) for doc in expansion.docs]
         return rows
@@ -163,10 +185,19 @@ def _best_per_surface(linked: list, scores: list[float], keep: int) -> list:
     by_surface: dict[tuple[int, int], list] = {}
     for link, score in zip(linked, scores):
         by_surface.setdefault((link.start, link.end), []).append(link._replace(score=float(score)))
-    kept = [link for group in by_surface.values() for link in sorted(group, key=lambda l: -l.score)[:keep]]
+    kept = [
+        link for group in by_surface.values() for link in sorted(group, key=lambda candidate: -candidate.score)[:keep]
+    ]
     return sorted(kept, key=lambda link: (-link.score, link.start))
 
 
 def _row(qid: str, doc_id: str, source: str, score: float, rank: int, ranker: str, surface: str | None = None) -> dict:
-    return {"qid": qid, "doc_id": doc_id, "source": source, "score": float(score), "rank": rank, "ranker": ranker,
-            "surface": surface}  # fmt: skip
+    return {
+        "qid": qid,
+        "doc_id": doc_id,
+        "source": source,
+        "score": float(score),
+        "rank": rank,
+        "ranker": ranker,
+        "surface": surface,
+    }

@@ -64,7 +64,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable, NamedTuple, Sequence
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -76,7 +77,13 @@ from xh.retrieval.arrays import sorted_codes
 from xh.storage import S3Settings, resolve
 
 __all__ = [
-    "EntityLink", "EntityLinker", "STOP_WORDS", "normalize_surface", "strip_disambiguator", "surface_key", "tokenize"
+    "EntityLink",
+    "EntityLinker",
+    "STOP_WORDS",
+    "normalize_surface",
+    "strip_disambiguator",
+    "surface_key",
+    "tokenize",
 ]
 
 # A small English stop-word list: question words, articles, pronouns, auxiliaries, prepositions.
@@ -199,7 +206,7 @@ class EntityLinker:
         title_count: float = 1.0,
         stripped_title_count: float = 0.5,
         **rules,
-    ) -> "EntityLinker":
+    ) -> EntityLinker:
         """Index an `anchors` table (surface, doc_id, count) and a docs table (doc_id, title).
 
         Anchor surfaces are normalised again (`normalize_surface`), so rows that differ only in
@@ -236,7 +243,7 @@ class EntityLinker:
         return cls._from_arrays(keys, doc_index, counts, doc_ids, rules)
 
     @classmethod
-    def _from_arrays(cls, keys, doc_index, counts, doc_ids, rules) -> "EntityLinker":
+    def _from_arrays(cls, keys, doc_index, counts, doc_ids, rules) -> EntityLinker:
         """Sum counts per (key, doc), order each surface's docs by count, and lay them out as CSR."""
         keep = counts > 0
         keys, doc_index, counts = keys[keep], doc_index[keep], counts[keep]
@@ -255,7 +262,7 @@ class EntityLinker:
         return cls(surface_keys, offsets, doc_index.astype(np.int32), counts.astype(np.float32), doc_ids, **rules)
 
     @classmethod
-    def load(cls, uri: str, *, s3: S3Settings | None = None, **options) -> "EntityLinker":
+    def load(cls, uri: str, *, s3: S3Settings | None = None, **options) -> EntityLinker:
         """Read `<uri>/anchors` and the `doc_id, title` columns of `<uri>/docs` (local or s3://)."""
         fs, root = resolve(uri, s3)
         anchors = pq.read_table(f"{root}/anchors", filesystem=fs, schema=schemas.ANCHORS)

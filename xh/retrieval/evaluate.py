@@ -1,11 +1,11 @@
 """Retrieval quality, the measures of the paper's Table 6, overall and per question type.
 
-    supp_recall@k   all gold supporting paragraphs are among the first k BM25 candidates
-    ans_recall@k    the answer string occurs in one of the first k BM25 candidates (span answers only:
-                    yes/no answers are not in any paragraph)
-    graph.*         the same over the nodes a graph is built from: BM25 top `ir_keep` ∪ entity links ∪ expansion
+supp_recall@k   all gold supporting paragraphs are among the first k BM25 candidates
+ans_recall@k    the answer string occurs in one of the first k BM25 candidates (span answers only:
+                yes/no answers are not in any paragraph)
+graph.*         the same over the nodes a graph is built from: BM25 top `ir_keep` ∪ entity links ∪ expansion
 
-    report = retrieval_report(question_rows, candidate_rows, docs_by_id, ir_keep=2)
+report = retrieval_report(question_rows, candidate_rows, docs_by_id, ir_keep=2)
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ def retrieval_report(
         answer = normalize_answer(q["answer"] or "") if q.get("answer") not in (None, "yes", "no") else ""
         sources = by_question.get(q["qid"], {})
         ir = [r["doc_id"] for r in sorted(sources.get("ir", []), key=lambda r: r["rank"])]
-        graph_nodes = set(ir[:ir_keep]) | {r["doc_id"] for r in sources.get("el", [])} | {
-            r["doc_id"] for r in sources.get("exp", [])
-        }
+        graph_nodes = (
+            set(ir[:ir_keep])
+            | {r["doc_id"] for r in sources.get("el", [])}
+            | {r["doc_id"] for r in sources.get("exp", [])}
+        )
         measures: dict[str, float] = {}
         for k in ks:
             measures[f"supp_recall@{k}"] = float(bool(gold) and gold <= _titles(ir[:k], docs))
@@ -54,7 +56,11 @@ def retrieval_report(
         for name, value in sums.items():
             if name in ("questions", "span_answers"):
                 continue
-            report[group][name] = round(value / (spans if "ans_recall" in name else n), 4) if (spans if "ans_recall" in name else n) else None
+            report[group][name] = (
+                round(value / (spans if "ans_recall" in name else n), 4)
+                if (spans if "ans_recall" in name else n)
+                else None
+            )
     return report
 
 

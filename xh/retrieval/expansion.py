@@ -46,7 +46,8 @@ No Ray here: a Ray driver builds one `LinkGraph` per actor (`load` once, then `e
 from __future__ import annotations
 
 import bisect
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -133,7 +134,7 @@ class LinkGraph:
     # --- building ----------------------------------------------------------------------------
 
     @classmethod
-    def from_table(cls, links: pa.Table) -> "LinkGraph":
+    def from_table(cls, links: pa.Table) -> LinkGraph:
         """Build from a `links` table (src_doc_id, target_doc_id, anchor, missing; see xh.schemas.LINKS)."""
         found = pc.and_(pc.invert(pc.fill_null(links["missing"], True)), pc.is_valid(links["target_doc_id"]))
         found = pc.and_(found, pc.not_equal(links["src_doc_id"], links["target_doc_id"]))
@@ -147,7 +148,7 @@ class LinkGraph:
         return cls(doc_ids, edge_src[order], edge_dst[order], edge_anchor[order], anchor_codes.dictionary)
 
     @classmethod
-    def load(cls, uri: str, *, s3: S3Settings | None = None) -> "LinkGraph":
+    def load(cls, uri: str, *, s3: S3Settings | None = None) -> LinkGraph:
         """Read `<uri>/links` (local or s3://)."""
         fs, root = resolve(uri, s3)
         columns = ["src_doc_id", "target_doc_id", "anchor", "missing"]

@@ -100,7 +100,12 @@ def build_shard(
 
 
 def write_manifest(
-    index_uri: str, stats: CorpusStats, shards: list[dict], docs_uri: str, index_titles: bool, s3: S3Settings | None = None
+    index_uri: str,
+    stats: CorpusStats,
+    shards: list[dict],
+    docs_uri: str,
+    index_titles: bool,
+    s3: S3Settings | None = None,
 ) -> dict:
     """Write the index manifest, written last: an index without one is not an index. Returns it."""
     analyzer = Analyzer()

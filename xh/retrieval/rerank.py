@@ -33,8 +33,8 @@ A saved re-ranker is the saved-model folder of `xh.model.saved` (no pickle, relo
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -83,7 +83,9 @@ def examples_from_hotpot(records: Iterable[dict], negatives_per_positive: int = 
         context = [(title, "".join(sentences)) for title, sentences in record.get("context") or [] if sentences]
         positives = [(t, x) for t, x in context if normalize_title(t) in gold]
         negatives = [(t, x) for t, x in context if normalize_title(t) not in gold]
-        examples += _pairs(str(record.get("_id")), record["question"], positives, negatives, negatives_per_positive, rng)
+        examples += _pairs(
+            str(record.get("_id")), record["question"], positives, negatives, negatives_per_positive, rng
+        )
     return examples
 
 
@@ -112,8 +114,15 @@ def examples_from_candidates(
         positives = [by_title[t] for t in sorted(gold) if t in by_title]
         ranked = sorted(ir.get(q["qid"], []), key=lambda r: r["rank"])
         negatives = [docs[r["doc_id"]] for r in ranked if r["doc_id"] in docs and docs[r["doc_id"]][0] not in gold]
-        examples += _pairs(q["qid"], q["question"], positives, negatives[: negatives_per_positive * len(positives)],
-                           negatives_per_positive, rng, shuffle=False)  # fmt: skip
+        examples += _pairs(
+            q["qid"],
+            q["question"],
+            positives,
+            negatives[: negatives_per_positive * len(positives)],
+            negatives_per_positive,
+            rng,
+            shuffle=False,
+        )
     return examples
 
 
@@ -143,13 +152,18 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
         questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
         questions = questions[: r.max_questions]
         qids = pa.array([q["qid"] for q in questions], pa.string())
-        candidates = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table(
-            filter=pads.field("qid").isin(qids)).to_pylist()  # fmt: skip
+        candidates = (
+            pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet")
+            .to_table(filter=pads.field("qid").isin(qids))
+            .to_pylist()
+        )
         gold = pa.array(sorted({f["title"] for q in questions for f in q.get("supporting_facts") or []}), pa.string())
         wanted = pa.array(sorted({c["doc_id"] for c in candidates if c["source"] == "ir"}), pa.string())
         tables_fs, tables = resolve(tables_uri, s3)
         docs = pads.dataset(f"{tables}/docs", filesystem=tables_fs, format="parquet").to_table(
-            columns=["doc_id", "title", "text"], filter=pads.field("doc_id").isin(wanted) | pads.field("title").isin(gold))
+            columns=["doc_id", "title", "text"],
+            filter=pads.field("doc_id").isin(wanted) | pads.field("title").isin(gold),
+        )
         by_id = {d: (t, x) for d, t, x in zip(*(docs[c].to_pylist() for c in ("doc_id", "title", "text")))}
         examples = examples_from_candidates(questions, candidates, by_id, r.negatives_per_positive, r.seed)
         source = r.retrieval
@@ -184,8 +198,13 @@ class CrossEncoder(nn.Module):
 
     def save(self, uri: str, s3: S3Settings | None = None) -> None:
         """Write the re-ranker's files under `uri` (a local folder or s3://...)."""
-        config = {"format": FORMAT, "version": VERSION, "max_length": self.max_length,
-                  "hidden_size": self.backbone.config.hidden_size, "started_from": self.source}  # fmt: skip
+        config = {
+            "format": FORMAT,
+            "version": VERSION,
+            "max_length": self.max_length,
+            "hidden_size": self.backbone.config.hidden_size,
+            "started_from": self.source,
+        }
         save_encoder_model(
             uri, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer, s3=s3
         )
@@ -205,8 +224,14 @@ class CrossEncoder(nn.Module):
         """Tokenized pairs as tensors (padded to the longest pair of the batch)."""
         cut = {q: self._cut_question(q) for q in set(questions)}
         questions = [cut[q] for q in questions]
-        return self.tokenizer(list(questions), list(passages), truncation="only_second",
-                              max_length=self.max_length, padding=True, return_tensors="pt")  # fmt: skip
+        return self.tokenizer(
+            list(questions),
+            list(passages),
+            truncation="only_second",
+            max_length=self.max_length,
+            padding=True,
+            return_tensors="pt",
+        )
 
     def _cut_question(self, question: str) -> str:
         # "only_second" refuses a question that leaves the paragraph no room: cut it at a token boundary
@@ -216,8 +241,9 @@ class CrossEncoder(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         """One logit per pair: [B]."""
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids).last_hidden_state  # fmt: skip
+        hidden = self.backbone(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
         return self.head(hidden[:, 0]).squeeze(-1)
 
     def score(self, question: str, passages: Sequence[str], batch_size: int = 32) -> np.ndarray:

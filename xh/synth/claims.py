@@ -58,16 +58,32 @@ CLAIM_TEMPLATES = (
 
 # Predicates the world never states: claims made of them are NOT ENOUGH INFO.
 UNSTATED_CLAIMS = {
-    PERSON: ("{name} has won an Olympic gold medal.", "{name} has a twin sibling.",
-             "{name} speaks five languages.", "{name} once lived in a lighthouse."),
-    CITY: ("{name} has hosted the Winter Olympics.", "{name} has an underground railway.",
-           "{name} has a population of over one million."),
-    ORGANISATION: ("{name} is listed on a stock exchange.", "{name} has offices in more than forty countries.",
-                   "{name} once sponsored a football club."),
-    FILM: ("{name} was shot in black and white.", "{name} won an award at the Venice Film Festival.",
-           "{name} has a sequel."),
-    BAND: ("{name} has released a live album.", "{name} has won a Grammy Award.",
-           "{name} once split up and later reunited."),
+    PERSON: (
+        "{name} has won an Olympic gold medal.",
+        "{name} has a twin sibling.",
+        "{name} speaks five languages.",
+        "{name} once lived in a lighthouse.",
+    ),
+    CITY: (
+        "{name} has hosted the Winter Olympics.",
+        "{name} has an underground railway.",
+        "{name} has a population of over one million.",
+    ),
+    ORGANISATION: (
+        "{name} is listed on a stock exchange.",
+        "{name} has offices in more than forty countries.",
+        "{name} once sponsored a football club.",
+    ),
+    FILM: (
+        "{name} was shot in black and white.",
+        "{name} won an award at the Venice Film Festival.",
+        "{name} has a sequel.",
+    ),
+    BAND: (
+        "{name} has released a live album.",
+        "{name} has won a Grammy Award.",
+        "{name} once split up and later reunited.",
+    ),
 }
 # Relations a page may lack: claiming one it lacks is NOT ENOUGH INFO too (harder to spot).
 OPTIONAL_RELATION_CLAIMS = {
@@ -126,14 +142,14 @@ def make_claims(spec: WorldSpec, n: int, seed: int = 0) -> list[dict]:
                 if optional and optional[0] not in p.relations and rng.random() < 0.4:
                     target_kind = optional[1]
                     if target_kind == ORGANISATION and optional[0] == "alma_mater":
-                        target = pages.layout.universities.page_index(
-                            rng.randrange(pages.layout.universities.count))
+                        target = pages.layout.universities.page_index(rng.randrange(pages.layout.universities.count))
                     elif target_kind == ORGANISATION:
                         target = pages.layout.companies.page_index(rng.randrange(pages.layout.companies.count))
                     else:
                         target = _global_index(target_kind, rng.randrange(pages.layout.counts[target_kind]))
-                    text = optional[2].format(name=_in_prose(name, True),
-                                              value=_in_prose(_name(pages.layout, target).base))
+                    text = optional[2].format(
+                        name=_in_prose(name, True), value=_in_prose(_name(pages.layout, target).base)
+                    )
                 else:
                     text = rng.choice(UNSTATED_CLAIMS[p.kind]).format(name=_in_prose(name, True))
                 evidence = [[[annotation_id, None, None, None]]]
@@ -149,12 +165,14 @@ def make_claims(spec: WorldSpec, n: int, seed: int = 0) -> list[dict]:
             if text in seen:
                 continue
             seen.add(text)
-            claims.append({
-                "id": claim_id,
-                "verifiable": "NOT VERIFIABLE" if label == NOT_ENOUGH_INFO else "VERIFIABLE",
-                "label": label,
-                "claim": text,
-                "evidence": evidence,
-            })
+            claims.append(
+                {
+                    "id": claim_id,
+                    "verifiable": "NOT VERIFIABLE" if label == NOT_ENOUGH_INFO else "VERIFIABLE",
+                    "label": label,
+                    "claim": text,
+                    "evidence": evidence,
+                }
+            )
             break
     return claims

@@ -1,15 +1,15 @@
 """A page as a record of the public formats: HotpotQA's processed Wikipedia, FEVER's wiki-pages, true links.
 
-    from xh.synth import WorldSpec, page, hotpot_record, fever_page_record
-    p = page(WorldSpec(num_docs=2000), 0)
-    hotpot_record(p)["text_with_links"][1]  # ' She was born in <a href="Valham%20Bay">Valham Bay</a>.'
-    fever_page_record(p)["id"]              # 'Mina_Kessler' (xh.wiki.titles.fever_page_id of the title)
+from xh.synth import WorldSpec, page, hotpot_record, fever_page_record
+p = page(WorldSpec(num_docs=2000), 0)
+hotpot_record(p)["text_with_links"][1]  # ' She was born in <a href="Valham%20Bay">Valham Bay</a>.'
+fever_page_record(p)["id"]              # 'Mina_Kessler' (xh.wiki.titles.fever_page_id of the title)
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from collections.abc import Iterator
 
 from xh.synth.layout import WorldSpec
 from xh.synth.pages import Page, iter_pages

@@ -55,9 +55,7 @@ class WorldSpec:
         if isinstance(self.num_docs, bool) or not isinstance(self.num_docs, int):
             raise ValueError(f"num_docs must be an int between {MIN_DOCS:,} and {MAX_DOCS:,}, got {self.num_docs!r}")
         if not MIN_DOCS <= self.num_docs <= MAX_DOCS:
-            raise ValueError(
-                f"num_docs must be between {MIN_DOCS:,} and {MAX_DOCS:,} documents, got {self.num_docs:,}"
-            )
+            raise ValueError(f"num_docs must be between {MIN_DOCS:,} and {MAX_DOCS:,} documents, got {self.num_docs:,}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
 
@@ -68,8 +66,26 @@ KINDS = (PERSON, CITY, ORGANISATION, FILM, BAND)
 # Kinds repeat in this cycle of 20 page indices: 9 people, 3 cities, 3 organisations, 3 films,
 # 2 bands. Any world of 20 or more pages has every kind, and the kind of page i is i's slot.
 KIND_CYCLE = (
-    PERSON, CITY, PERSON, ORGANISATION, PERSON, FILM, PERSON, BAND, PERSON, CITY,
-    ORGANISATION, PERSON, FILM, PERSON, CITY, ORGANISATION, PERSON, BAND, FILM, PERSON,
+    PERSON,
+    CITY,
+    PERSON,
+    ORGANISATION,
+    PERSON,
+    FILM,
+    PERSON,
+    BAND,
+    PERSON,
+    CITY,
+    ORGANISATION,
+    PERSON,
+    FILM,
+    PERSON,
+    CITY,
+    ORGANISATION,
+    PERSON,
+    BAND,
+    FILM,
+    PERSON,
 )
 _CYCLE = len(KIND_CYCLE)
 _SLOTS = {kind: tuple(s for s, k in enumerate(KIND_CYCLE) if k == kind) for kind in KINDS}
@@ -177,7 +193,7 @@ class _Shuffle:
     inverse_mult: int
 
     @staticmethod
-    def make(size: int, salt: int) -> "_Shuffle":
+    def make(size: int, salt: int) -> _Shuffle:
         size = max(size, 1)
         if size == 1:
             return _Shuffle(1, 1, 0, 1)
@@ -266,11 +282,17 @@ _MAX_ROUNDS = {
 }
 
 
-def _pool(spec: WorldSpec, style: str, kind: str, every: int, special: bool, count: int,
-          radix: tuple[int, ...], salt: int) -> _NamePool:
+def _pool(
+    spec: WorldSpec, style: str, kind: str, every: int, special: bool, count: int, radix: tuple[int, ...], salt: int
+) -> _NamePool:
     size = math.prod(radix)
     pool = _NamePool(
-        style=style, kind=kind, every=every, special=special, count=count, radix=radix,
+        style=style,
+        kind=kind,
+        every=every,
+        special=special,
+        count=count,
+        radix=radix,
         order=_Shuffle.make(count, _mix64(spec.seed, salt, 1)),
         scatter=_Shuffle.make(size, _mix64(spec.seed, salt, 2)),
     )
@@ -283,8 +305,9 @@ def _pool(spec: WorldSpec, style: str, kind: str, every: int, special: bool, cou
 def _layout(spec: WorldSpec) -> _Layout:
     counts = kind_counts(spec)
     n_city_stems = len(CITY_ONSETS) * len(CITY_ENDINGS)
-    cities = _pool(spec, "city", CITY, 0, False, counts[CITY],
-                   (len(CITY_PATTERNS), len(CITY_ONSETS), len(CITY_ENDINGS)), 11)
+    cities = _pool(
+        spec, "city", CITY, 0, False, counts[CITY], (len(CITY_PATTERNS), len(CITY_ONSETS), len(CITY_ENDINGS)), 11
+    )
     named_cities = min(cities.count, cities.size)
     n_univ, n_comp = _split_counts(counts[ORGANISATION], UNIVERSITY_EVERY)
     n_city_films, n_phrase_films = _split_counts(counts[FILM], CITY_NAMED_FILM_EVERY)
@@ -294,16 +317,34 @@ def _layout(spec: WorldSpec) -> _Layout:
         counts=counts,
         persons=_pool(spec, "person", PERSON, 0, False, counts[PERSON], (len(FIRST_NAMES), len(SURNAMES)), 10),
         cities=cities,
-        universities=_pool(spec, "university", ORGANISATION, UNIVERSITY_EVERY, True, n_univ,
-                           (len(UNIVERSITY_PATTERNS), named_cities), 12),
-        companies=_pool(spec, "company", ORGANISATION, UNIVERSITY_EVERY, False, n_comp,
-                        (len(COMPANY_SUFFIXES), len(SURNAMES) + n_city_stems), 13),
+        universities=_pool(
+            spec,
+            "university",
+            ORGANISATION,
+            UNIVERSITY_EVERY,
+            True,
+            n_univ,
+            (len(UNIVERSITY_PATTERNS), named_cities),
+            12,
+        ),
+        companies=_pool(
+            spec,
+            "company",
+            ORGANISATION,
+            UNIVERSITY_EVERY,
+            False,
+            n_comp,
+            (len(COMPANY_SUFFIXES), len(SURNAMES) + n_city_stems),
+            13,
+        ),
         city_films=_pool(spec, "city_film", FILM, CITY_NAMED_FILM_EVERY, True, n_city_films, (named_cities,), 14),
-        phrase_films=_pool(spec, "phrase_film", FILM, CITY_NAMED_FILM_EVERY, False, n_phrase_films,
-                           (len(FILM_NOUNS), qualifiers), 15),
+        phrase_films=_pool(
+            spec, "phrase_film", FILM, CITY_NAMED_FILM_EVERY, False, n_phrase_films, (len(FILM_NOUNS), qualifiers), 15
+        ),
         city_bands=_pool(spec, "city_band", BAND, CITY_NAMED_BAND_EVERY, True, n_city_bands, (named_cities,), 16),
-        phrase_bands=_pool(spec, "phrase_band", BAND, CITY_NAMED_BAND_EVERY, False, n_phrase_bands,
-                           (len(BAND_NOUNS), qualifiers), 17),
+        phrase_bands=_pool(
+            spec, "phrase_band", BAND, CITY_NAMED_BAND_EVERY, False, n_phrase_bands, (len(BAND_NOUNS), qualifiers), 17
+        ),
         named_cities=named_cities,
         page_salt=_mix64(spec.seed, _SALT_PAGE) << 32,
     )

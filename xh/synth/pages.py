@@ -18,8 +18,9 @@ from __future__ import annotations
 import random
 import re
 import urllib.parse
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple
+from typing import NamedTuple
 
 from xh.synth.layout import (
     _CYCLE,
@@ -176,14 +177,20 @@ def _person_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: rand
     demonym = COUNTRIES[country][1]
 
     p = _ParagraphBuilder()
-    p.add((f"{name.base} (born {birth_year}) is {_article(demonym)} {demonym} {occupation}.",),
-          ("birth_year", "nationality", "occupation"))
+    p.add(
+        (f"{name.base} (born {birth_year}) is {_article(demonym)} {demonym} {occupation}.",),
+        ("birth_year", "nationality", "occupation"),
+    )
     city_anchor, city_name = _anchor(layout, rng, birthplace)
     p.add((f"{he} was born in ", city_anchor, "."), ("birthplace",))
     relations = {"birthplace": birthplace}
     attributes = {
-        "first_name": FIRST_NAMES[first_index], "surname": name.short, "gender": "female" if female else "male",
-        "birth_year": birth_year, "occupation": occupation, "nationality": demonym,
+        "first_name": FIRST_NAMES[first_index],
+        "surname": name.short,
+        "gender": "female" if female else "male",
+        "birth_year": birth_year,
+        "occupation": occupation,
+        "nationality": demonym,
         "birthplace": city_name.title,
     }
     if rng.random() < 0.45:
@@ -247,14 +254,19 @@ def _organisation_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng
         suffix = pool.slot(m)[0] % len(COMPANY_SUFFIXES)
         industry = COMPANY_SUFFIXES[suffix][1]
         hq_anchor, hq_name = _anchor(layout, rng, headquarters)
-        p.add((f"{name.base} is {_article(industry)} {industry} company headquartered in ", hq_anchor, "."),
-              ("headquarters", "industry"))
+        p.add(
+            (f"{name.base} is {_article(industry)} {industry} company headquartered in ", hq_anchor, "."),
+            ("headquarters", "industry"),
+        )
     founder_anchor, founder_name = _anchor(layout, rng, founder)
     p.add((f"It was founded in {founded} by ", founder_anchor, "."), ("founding_year", "founder"))
     relations = {"headquarters": headquarters, "founder": founder}
     attributes = {
-        "organisation_type": "university" if university else "company", "industry": industry,
-        "founding_year": founded, "headquarters": hq_name.title, "founder": founder_name.title,
+        "organisation_type": "university" if university else "company",
+        "industry": industry,
+        "founding_year": founded,
+        "headquarters": hq_name.title,
+        "founder": founder_name.title,
     }
     if not university and rng.random() < 0.3:
         parent = layout.companies.page_index(rng.randrange(layout.companies.count))
@@ -281,13 +293,15 @@ def _film_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random
     filmed_in = _global_index(CITY, _skewed(rng, counts[CITY], 2.0))
     p = _ParagraphBuilder()
     d_anchor, d_name = _anchor(layout, rng, director)
-    p.add((f"{name.base} is a {year} {genre} film directed by ", d_anchor, "."),
-          ("release_year", "genre", "director"))
+    p.add((f"{name.base} is a {year} {genre} film directed by ", d_anchor, "."), ("release_year", "genre", "director"))
     c_anchor, c_name = _anchor(layout, rng, filmed_in)
     p.add(("It was filmed in ", c_anchor, "."), ("filmed_in",))
     relations = {"director": director, "filmed_in": filmed_in}
     attributes = {
-        "release_year": year, "genre": genre, "director": d_name.title, "filmed_in": c_name.title,
+        "release_year": year,
+        "genre": genre,
+        "director": d_name.title,
+        "filmed_in": c_name.title,
     }
     if rng.random() < 0.6:
         star = _global_index(PERSON, _skewed(rng, counts[PERSON], 1.5))
@@ -315,7 +329,10 @@ def _band_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random
     p.add((f"The band was formed in {year} by ", m_anchor, "."), ("formation_year", "founding_member"))
     relations = {"origin": origin, "founding_member": member}
     attributes = {
-        "genre": genre, "formation_year": year, "origin": o_name.title, "founding_member": m_name.title,
+        "genre": genre,
+        "formation_year": year,
+        "origin": o_name.title,
+        "founding_member": m_name.title,
     }
     if rng.random() < 0.4:
         other = _global_index(BAND, rng.randrange(counts[BAND]))
@@ -332,7 +349,11 @@ def _band_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random
 
 
 _PAGE_BUILDERS = {
-    PERSON: _person_page, CITY: _city_page, ORGANISATION: _organisation_page, FILM: _film_page, BAND: _band_page,
+    PERSON: _person_page,
+    CITY: _city_page,
+    ORGANISATION: _organisation_page,
+    FILM: _film_page,
+    BAND: _band_page,
 }
 
 
@@ -344,9 +365,17 @@ def page(spec: WorldSpec, i: int) -> Page:
     rng = random.Random(layout.page_salt + i)
     name, p, attributes, relations = _PAGE_BUILDERS[kind](spec, layout, i, _local_index(i), rng)
     return Page(
-        index=i, doc_id=str(i + 1), kind=kind, title=name.title, base_name=name.base,
-        sentences=tuple(p.plain), sentences_with_links=tuple(p.linked), links=tuple(p.links),
-        attributes=attributes, relations=relations, fact_sentences=p.facts,
+        index=i,
+        doc_id=str(i + 1),
+        kind=kind,
+        title=name.title,
+        base_name=name.base,
+        sentences=tuple(p.plain),
+        sentences_with_links=tuple(p.linked),
+        links=tuple(p.links),
+        attributes=attributes,
+        relations=relations,
+        fact_sentences=p.facts,
     )
 
 

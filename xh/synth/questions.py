@@ -10,7 +10,8 @@ look-alike pages (namesakes, one word of the name changed) and pages the gold pa
 from __future__ import annotations
 
 import random
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 from xh.synth.layout import (
     _SALT_QUESTIONS,
@@ -112,26 +113,52 @@ class _BridgeTemplate(NamedTuple):
 
 
 BRIDGE_TEMPLATES = (
-    _BridgeTemplate("founder_birthplace", ORGANISATION, "founder", "birthplace",
-                    "In which city was the founder of {name} born?"),
-    _BridgeTemplate("founder_nationality", ORGANISATION, "founder", "nationality",
-                    "What nationality is the person who founded {name}?"),
-    _BridgeTemplate("headquarters_founding_year", ORGANISATION, "headquarters", "founding_year",
-                    "In what year was the city where {name} is based founded?"),
-    _BridgeTemplate("director_nationality", FILM, "director", "nationality",
-                    "What nationality is the director of {name}?"),
-    _BridgeTemplate("director_birthplace", FILM, "director", "birthplace",
-                    "Where was the director of {name} born?"),
-    _BridgeTemplate("filming_location_country", FILM, "filmed_in", "country",
-                    "In which country is the city where {name} was filmed?"),
-    _BridgeTemplate("star_birth_year", FILM, "star", "birth_year",
-                    "In what year was the star of {name} born?"),
-    _BridgeTemplate("member_birth_year", BAND, "founding_member", "birth_year",
-                    "In what year was the founding member of {name} born?"),
-    _BridgeTemplate("band_origin_country", BAND, "origin", "country",
-                    "The band {name} comes from a city in which country?"),
-    _BridgeTemplate("alma_mater_founding_year", PERSON, "alma_mater", "founding_year",
-                    "In what year was the university attended by {name} founded?"),
+    _BridgeTemplate(
+        "founder_birthplace", ORGANISATION, "founder", "birthplace", "In which city was the founder of {name} born?"
+    ),
+    _BridgeTemplate(
+        "founder_nationality",
+        ORGANISATION,
+        "founder",
+        "nationality",
+        "What nationality is the person who founded {name}?",
+    ),
+    _BridgeTemplate(
+        "headquarters_founding_year",
+        ORGANISATION,
+        "headquarters",
+        "founding_year",
+        "In what year was the city where {name} is based founded?",
+    ),
+    _BridgeTemplate(
+        "director_nationality", FILM, "director", "nationality", "What nationality is the director of {name}?"
+    ),
+    _BridgeTemplate("director_birthplace", FILM, "director", "birthplace", "Where was the director of {name} born?"),
+    _BridgeTemplate(
+        "filming_location_country",
+        FILM,
+        "filmed_in",
+        "country",
+        "In which country is the city where {name} was filmed?",
+    ),
+    _BridgeTemplate("star_birth_year", FILM, "star", "birth_year", "In what year was the star of {name} born?"),
+    _BridgeTemplate(
+        "member_birth_year",
+        BAND,
+        "founding_member",
+        "birth_year",
+        "In what year was the founding member of {name} born?",
+    ),
+    _BridgeTemplate(
+        "band_origin_country", BAND, "origin", "country", "The band {name} comes from a city in which country?"
+    ),
+    _BridgeTemplate(
+        "alma_mater_founding_year",
+        PERSON,
+        "alma_mater",
+        "founding_year",
+        "In what year was the university attended by {name} founded?",
+    ),
 )
 
 
@@ -146,16 +173,19 @@ class _ComparisonTemplate(NamedTuple):
 COMPARISON_TEMPLATES = (
     _ComparisonTemplate("same_birthplace", PERSON, "birthplace", "Were {a} and {b} born in the same city?", True),
     _ComparisonTemplate("same_nationality", PERSON, "nationality", "Are {a} and {b} of the same nationality?", True),
-    _ComparisonTemplate("same_formation_year", BAND, "formation_year", "Were {a} and {b} formed in the same year?",
-                        True),
+    _ComparisonTemplate(
+        "same_formation_year", BAND, "formation_year", "Were {a} and {b} formed in the same year?", True
+    ),
     _ComparisonTemplate("same_film_genre", FILM, "genre", "Are {a} and {b} films of the same genre?", True),
     _ComparisonTemplate("released_first", FILM, "release_year", "Which film was released first, {a} or {b}?", False),
     _ComparisonTemplate("formed_first", BAND, "formation_year", "Which band was formed first, {a} or {b}?", False),
     _ComparisonTemplate("born_first", PERSON, "birth_year", "Who was born first, {a} or {b}?", False),
-    _ComparisonTemplate("founded_first", ORGANISATION, "founding_year",
-                        "Which organisation was founded first, {a} or {b}?", False),
-    _ComparisonTemplate("city_founded_first", CITY, "founding_year", "Which city was founded first, {a} or {b}?",
-                        False),
+    _ComparisonTemplate(
+        "founded_first", ORGANISATION, "founding_year", "Which organisation was founded first, {a} or {b}?", False
+    ),
+    _ComparisonTemplate(
+        "city_founded_first", CITY, "founding_year", "Which city was founded first, {a} or {b}?", False
+    ),
 )
 
 
@@ -174,8 +204,11 @@ def _bridge_question(pages: _Pages, rng: random.Random, template: _BridgeTemplat
     if answer not in answer_sentence or answer in source.text or answer.lower() in question.lower():
         return None
     link_sentence = source.fact_sentences[template.relation]
-    anchor = next(link.anchor for link in source.links
-                  if link.target_index == bridge.index and link.sentence_index == link_sentence)
+    anchor = next(
+        link.anchor
+        for link in source.links
+        if link.target_index == bridge.index and link.sentence_index == link_sentence
+    )
     # how hard it is to follow the link: "easy" when its text is the full title, "hard" when the
     # text is a name other pages share (a surname, a reused name), "medium" otherwise
     bridge_name = _name(pages.layout, bridge.index)
@@ -245,8 +278,9 @@ class _ComparisonPool:
         return fallback
 
 
-def _comparison_question(pages: _Pages, rng: random.Random, template: _ComparisonTemplate,
-                         pool: _ComparisonPool, want_yes: bool) -> dict | None:
+def _comparison_question(
+    pages: _Pages, rng: random.Random, template: _ComparisonTemplate, pool: _ComparisonPool, want_yes: bool
+) -> dict | None:
     if template.yes_no and want_yes:
         pair = pool.same_value_pair(rng)
     else:
@@ -280,8 +314,9 @@ def _comparison_question(pages: _Pages, rng: random.Random, template: _Compariso
     }
 
 
-def make_questions(spec: WorldSpec, n: int, seed: int = 0, comparison_fraction: float = 0.2,
-                   with_context: bool = True) -> list[dict]:
+def make_questions(
+    spec: WorldSpec, n: int, seed: int = 0, comparison_fraction: float = 0.2, with_context: bool = True
+) -> list[dict]:
     """Up to n HotpotQA questions (official format), generating only the pages they need.
 
     Bridge questions ask for a fact of a page linked from the named page; comparison questions

@@ -13,8 +13,10 @@ import bz2
 import json
 import queue
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import IO, Callable, ContextManager
+from typing import IO
 
 from xh.synth.claims import make_claims
 from xh.synth.formats import fever_page_record, hotpot_record, link_rows
@@ -22,7 +24,7 @@ from xh.synth.layout import WorldSpec, kind_counts
 from xh.synth.pages import page
 from xh.synth.questions import make_questions
 
-OpenOutput = Callable[[str], ContextManager[IO[bytes]]]
+OpenOutput = Callable[[str], AbstractContextManager[IO[bytes]]]
 
 
 def output_under(root: str, s3=None) -> OpenOutput:
@@ -121,7 +123,7 @@ class _Bz2Lines:
             self.chunks.put("\n".join(self.lines).encode("utf-8"))
             self.lines, self.pending = [], 0
 
-    def __enter__(self) -> "_Bz2Lines":
+    def __enter__(self) -> _Bz2Lines:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -158,8 +160,9 @@ def num_shards(spec: WorldSpec, docs_per_shard: int) -> int:
     return -(-spec.num_docs // docs_per_shard)
 
 
-def write_shard(spec: WorldSpec, shard: int, open_output: OpenOutput, *, docs_per_shard: int = 10_000,
-                fever_pages: bool = True) -> ShardSummary:
+def write_shard(
+    spec: WorldSpec, shard: int, open_output: OpenOutput, *, docs_per_shard: int = 10_000, fever_pages: bool = True
+) -> ShardSummary:
     """Write pages `[shard * docs_per_shard, ...)`: their HotpotQA shard, FEVER pages and true links.
 
     Shards depend on nothing but the spec, so they can be written in any order, in parallel.
@@ -168,8 +171,12 @@ def write_shard(spec: WorldSpec, shard: int, open_output: OpenOutput, *, docs_pe
     wiki_path, links_path = wiki_shard_path(shard), links_shard_path(shard)
     fever_lines = []
     num_links = 0
-    with open_output(wiki_path) as wiki_raw, _Bz2Lines(wiki_raw) as wiki_out, \
-            open_output(links_path) as links_raw, _Bz2Lines(links_raw) as links_out:
+    with (
+        open_output(wiki_path) as wiki_raw,
+        _Bz2Lines(wiki_raw) as wiki_out,
+        open_output(links_path) as links_raw,
+        _Bz2Lines(links_raw) as links_out,
+    ):
         for i in range(start, stop):
             p = page(spec, i)
             wiki_out.write(_JSON(hotpot_record(p)))
@@ -185,16 +192,29 @@ def write_shard(spec: WorldSpec, shard: int, open_output: OpenOutput, *, docs_pe
     return ShardSummary(shard, wiki_path, fever_path, links_path, num_links)
 
 
-def write_tasks_and_summary(spec: WorldSpec, open_output: OpenOutput, shards: list[ShardSummary], *,
-                            docs_per_shard: int, num_questions: int | None = None, num_claims: int | None = None,
-                            question_seed: int = 0, comparison_fraction: float = 0.2) -> WorldSummary:
+def write_tasks_and_summary(
+    spec: WorldSpec,
+    open_output: OpenOutput,
+    shards: list[ShardSummary],
+    *,
+    docs_per_shard: int,
+    num_questions: int | None = None,
+    num_claims: int | None = None,
+    question_seed: int = 0,
+    comparison_fraction: float = 0.2,
+) -> WorldSummary:
     """After the shards: the questions, the claims and the summary (they touch only the pages they need)."""
-    questions = make_questions(spec, _default_questions(spec.num_docs) if num_questions is None else num_questions,
-                               seed=question_seed, comparison_fraction=comparison_fraction)
+    questions = make_questions(
+        spec,
+        _default_questions(spec.num_docs) if num_questions is None else num_questions,
+        seed=question_seed,
+        comparison_fraction=comparison_fraction,
+    )
     with open_output(QUESTIONS_PATH) as f:
         f.write(json.dumps(questions).encode("utf-8"))
-    claims = make_claims(spec, _default_questions(spec.num_docs) if num_claims is None else num_claims,
-                         seed=question_seed)
+    claims = make_claims(
+        spec, _default_questions(spec.num_docs) if num_claims is None else num_claims, seed=question_seed
+    )
     with open_output(CLAIMS_PATH) as f:
         f.write("".join(json.dumps(c) + "\n" for c in claims).encode("utf-8"))
 
@@ -206,28 +226,55 @@ def write_tasks_and_summary(spec: WorldSpec, open_output: OpenOutput, shards: li
         by_label[c["label"]] = by_label.get(c["label"], 0) + 1
     shards = sorted(shards, key=lambda s: s.shard)
     summary = WorldSummary(
-        num_docs=spec.num_docs, seed=spec.seed, docs_by_kind=kind_counts(spec),
-        num_links=sum(s.num_links for s in shards), num_shards=len(shards), docs_per_shard=docs_per_shard,
-        num_questions=by_type, num_claims=by_label,
-        paths={"wiki": [s.wiki for s in shards], "fever_pages": [s.fever_pages for s in shards if s.fever_pages],
-               "questions": QUESTIONS_PATH, "claims": CLAIMS_PATH, "links": [s.links for s in shards],
-               "summary": SUMMARY_PATH},
+        num_docs=spec.num_docs,
+        seed=spec.seed,
+        docs_by_kind=kind_counts(spec),
+        num_links=sum(s.num_links for s in shards),
+        num_shards=len(shards),
+        docs_per_shard=docs_per_shard,
+        num_questions=by_type,
+        num_claims=by_label,
+        paths={
+            "wiki": [s.wiki for s in shards],
+            "fever_pages": [s.fever_pages for s in shards if s.fever_pages],
+            "questions": QUESTIONS_PATH,
+            "claims": CLAIMS_PATH,
+            "links": [s.links for s in shards],
+            "summary": SUMMARY_PATH,
+        },
     )
     with open_output(SUMMARY_PATH) as f:
         f.write(summary.to_json().encode("utf-8"))
     return summary
 
 
-def write_world(spec: WorldSpec, open_output: OpenOutput, *, docs_per_shard: int = 10_000,
-                num_questions: int | None = None, num_claims: int | None = None, fever_pages: bool = True,
-                question_seed: int = 0, comparison_fraction: float = 0.2) -> WorldSummary:
+def write_world(
+    spec: WorldSpec,
+    open_output: OpenOutput,
+    *,
+    docs_per_shard: int = 10_000,
+    num_questions: int | None = None,
+    num_claims: int | None = None,
+    fever_pages: bool = True,
+    question_seed: int = 0,
+    comparison_fraction: float = 0.2,
+) -> WorldSummary:
     """Write the whole world in this process, one shard at a time; returns a `WorldSummary`.
 
     Memory does not grow with the size. `workflows/synth.py` writes the shards in parallel on Ray.
     `num_questions` / `num_claims` default to a tenth of the pages (at least 10, at most 5,000).
     """
-    shards = [write_shard(spec, k, open_output, docs_per_shard=docs_per_shard, fever_pages=fever_pages)
-              for k in range(num_shards(spec, docs_per_shard))]
-    return write_tasks_and_summary(spec, open_output, shards, docs_per_shard=docs_per_shard,
-                                   num_questions=num_questions, num_claims=num_claims, question_seed=question_seed,
-                                   comparison_fraction=comparison_fraction)
+    shards = [
+        write_shard(spec, k, open_output, docs_per_shard=docs_per_shard, fever_pages=fever_pages)
+        for k in range(num_shards(spec, docs_per_shard))
+    ]
+    return write_tasks_and_summary(
+        spec,
+        open_output,
+        shards,
+        docs_per_shard=docs_per_shard,
+        num_questions=num_questions,
+        num_claims=num_claims,
+        question_seed=question_seed,
+        comparison_fraction=comparison_fraction,
+    )

@@ -23,7 +23,7 @@ class HopAttentionRecorder:
         self.calls: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = []  # [forward][layer]
         self._handles: list = []
 
-    def __enter__(self) -> "HopAttentionRecorder":
+    def __enter__(self) -> HopAttentionRecorder:
         steps = list(self.model.hop_steps)
 
         def hook(layer: int, module, args, output) -> None:
@@ -35,7 +35,9 @@ class HopAttentionRecorder:
             )
 
         for layer, step in enumerate(steps):
-            self._handles.append(step.attention.register_forward_hook(lambda m, a, o, layer=layer: hook(layer, m, a, o)))
+            self._handles.append(
+                step.attention.register_forward_hook(lambda m, a, o, layer=layer: hook(layer, m, a, o))
+            )
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,8 +111,13 @@ def log_attention_figures(recorder: HopAttentionRecorder, batches: list, mlflow)
     for ax, (layer, e) in zip(axes[0], sorted(weights.items())):
         ax.hist(e["all"], bins=bins, density=True, alpha=0.6, label=f"all -> all ({len(e['all'])})")
         if len(e["supporting_to_answer"]):
-            ax.hist(e["supporting_to_answer"], bins=bins, density=True, alpha=0.6,
-                    label=f"supporting -> answer ({len(e['supporting_to_answer'])})")  # fmt: skip
+            ax.hist(
+                e["supporting_to_answer"],
+                bins=bins,
+                density=True,
+                alpha=0.6,
+                label=f"supporting -> answer ({len(e['supporting_to_answer'])})",
+            )
         ax.set_title(f"hop layer {layer + 1}")
         ax.set_xlabel("attention weight")
         ax.legend(fontsize=7)
@@ -118,4 +125,3 @@ def log_attention_figures(recorder: HopAttentionRecorder, batches: list, mlflow)
     mlflow.log_figure(fig, "hop_attention.png")
     plt.close(fig)
     mlflow.log_metrics(recorder.summary(batches))
-

@@ -64,9 +64,13 @@ def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
 def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, attention: list | None = None) -> dict:
     """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`."""
     predictions = predict_graphs(
-        model, tokenizer, rows, batch_graphs=cfg.train.eval_batch_graphs, bf16=cfg.train.bf16,
+        model,
+        tokenizer,
+        rows,
+        batch_graphs=cfg.train.eval_batch_graphs,
+        bf16=cfg.train.bf16,
         collect_attention=attention,
-    )  # fmt: skip
+    )
     if cfg.model.task == "fever":
         gold = {r["qid"]: r["claim_label"] for r in rows}
         accuracy = float(np.mean([gold[p["qid"]] == p["label"] for p in predictions])) if predictions else 0.0
@@ -173,9 +177,12 @@ def train_loop_per_worker(config: dict) -> None:
     done = progress.step >= plan.total_steps
     while not done and progress.epoch < train.epochs:
         batches = train_shard.iter_batches(
-            batch_size=train.batch_graphs, batch_format="pyarrow", drop_last=True,
-            local_shuffle_buffer_size=train.batch_graphs * 16, local_shuffle_seed=train.seed + progress.epoch,
-        )  # fmt: skip
+            batch_size=train.batch_graphs,
+            batch_format="pyarrow",
+            drop_last=True,
+            local_shuffle_buffer_size=train.batch_graphs * 16,
+            local_shuffle_seed=train.seed + progress.epoch,
+        )
         for index, table in enumerate(batches):
             if index >= plan.batches_per_epoch:
                 break
@@ -195,12 +202,18 @@ def train_loop_per_worker(config: dict) -> None:
             progress.step += 1
             if tracking is not None:
                 seconds = time.perf_counter() - window_start
-                tracking.log(progress.step, {
-                    "loss": output.loss.item(), "lr": scheduler.get_last_lr()[0], "grad_norm": grad_norm,
-                    # this worker's throughput times the workers: every worker runs the same batches
-                    "graphs_per_s": window_graphs * plan.workers / seconds,
-                    "tokens_per_s": window_tokens * plan.workers / seconds,
-                } | {f"loss_{k}": v.item() for k, v in output.losses.items()})  # fmt: skip
+                tracking.log(
+                    progress.step,
+                    {
+                        "loss": output.loss.item(),
+                        "lr": scheduler.get_last_lr()[0],
+                        "grad_norm": grad_norm,
+                        # this worker's throughput times the workers: every worker runs the same batches
+                        "graphs_per_s": window_graphs * plan.workers / seconds,
+                        "tokens_per_s": window_tokens * plan.workers / seconds,
+                    }
+                    | {f"loss_{k}": v.item() for k, v in output.losses.items()},
+                )
             window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
             if train.fail_at_step == progress.step and rank == 0:
                 _inject_failure_once(cfg, progress.step, config["storage_dir"])
@@ -215,4 +228,3 @@ def train_loop_per_worker(config: dict) -> None:
     checkpoint_and_report(final=True)
     if tracking is not None:
         tracking.end()
-

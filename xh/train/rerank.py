@@ -73,8 +73,13 @@ def train_loop_per_worker(config: dict) -> None:
             losses.append(loss.item())
             if tracking and step % log_every == 0:
                 tracking.log(step, {"step_loss": loss.item(), "lr": scheduler.get_last_lr()[0]})
-        metrics = {"epoch": epoch + 1, "step": step, "loss": sum(losses) / len(losses),
-                   "seconds": round(time.perf_counter() - start, 3), "pairs": len(examples)}  # fmt: skip
+        metrics = {
+            "epoch": epoch + 1,
+            "step": step,
+            "loss": sum(losses) / len(losses),
+            "seconds": round(time.perf_counter() - start, 3),
+            "pairs": len(examples),
+        }
         if tracking is None:
             report(metrics)
         else:

@@ -102,4 +102,3 @@ def report(metrics: dict, save: Callable[[str], object] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
-

@@ -54,8 +54,11 @@ def _read_pages(stream: BinaryIO, source: str, counts: ReadCounts, namespaces: f
     try:
         for kind, blob in _xml_blocks(decompressed(stream)):
             if kind == "header":
-                names = {html.unescape(name.decode("utf-8", "replace")).strip().lower()
-                         for key, name in _NAMESPACE_RE.findall(blob) if key != b"0"}  # fmt: skip
+                names = {
+                    html.unescape(name.decode("utf-8", "replace")).strip().lower()
+                    for key, name in _NAMESPACE_RE.findall(blob)
+                    if key != b"0"
+                }
                 namespaces = namespaces | frozenset(name for name in names if name)
                 continue
             ordinal += 1
@@ -127,9 +130,7 @@ def _local(tag: str) -> str:
     return tag.rsplit("}", 1)[-1]
 
 
-def _page_record(
-    blob: bytes, ordinal: int, source: str, namespaces: frozenset, seen_ids: set[str]
-) -> Record | None:
+def _page_record(blob: bytes, ordinal: int, source: str, namespaces: frozenset, seen_ids: set[str]) -> Record | None:
     """The record of one <page>, or None for a page outside the main namespace (not a record)."""
     try:
         text = blob.decode("utf-8")

@@ -46,14 +46,25 @@ STAGED = {
     "titles": pa.schema([("title", pa.string()), ("doc_id", pa.string())]),
     "redirects": pa.schema([("from_title", pa.string()), ("to_title", pa.string())]),
     "links": pa.schema(
-        [("src_doc_id", pa.string()), ("target_title", pa.string()), ("anchor", pa.string()),
-         ("sentence", pa.int32()), ("file_index", pa.int32())]  # fmt: skip
+        [
+            ("src_doc_id", pa.string()),
+            ("target_title", pa.string()),
+            ("anchor", pa.string()),
+            ("sentence", pa.int32()),
+            ("file_index", pa.int32()),
+        ]
     ),
     "aliases": pa.schema([("title", pa.string()), ("doc_id", pa.string())]),
     "anchors": schemas.ANCHORS,
 }
-PARTITION_KEY = {"ids": "doc_id", "titles": "title", "redirects": "to_title", "links": "target_title",
-                 "aliases": "title", "anchors": "surface"}  # fmt: skip
+PARTITION_KEY = {
+    "ids": "doc_id",
+    "titles": "title",
+    "redirects": "to_title",
+    "links": "target_title",
+    "aliases": "title",
+    "anchors": "surface",
+}
 
 
 def bucket(key: str, partitions: int) -> int:
@@ -113,9 +124,7 @@ class PartitionedWriter:
 
     def __init__(self, fs, folder: str, stem: str, schema: pa.Schema, key: str, partitions: int, rows_per_file: int):
         self.key, self.partitions = key, partitions
-        self.writers = [
-            TableWriter(fs, f"{folder}/p{p:03d}", stem, schema, rows_per_file) for p in range(partitions)
-        ]
+        self.writers = [TableWriter(fs, f"{folder}/p{p:03d}", stem, schema, rows_per_file) for p in range(partitions)]
 
     def add(self, row: dict) -> None:
         self.writers[bucket(row[self.key], self.partitions)].add(row)
@@ -149,8 +158,9 @@ def stage_file(
     docs = TableWriter(fs, f"{root}/docs", stem, schemas.DOCS, rows_per_file)
     quarantine = TableWriter(fs, f"{root}/quarantine", stem, schemas.QUARANTINE, rows_per_file)
     staged = {
-        name: PartitionedWriter(fs, f"{root}/{STAGING}/{name}", stem, STAGED[name], PARTITION_KEY[name], partitions,
-                                rows_per_file)  # fmt: skip
+        name: PartitionedWriter(
+            fs, f"{root}/{STAGING}/{name}", stem, STAGED[name], PARTITION_KEY[name], partitions, rows_per_file
+        )
         for name in ("ids", "titles", "redirects", "links")
     }
     counts = ReadCounts()
@@ -173,10 +183,16 @@ def stage_file(
     if not counts.balanced:  # a reader bug, not bad input: fail loudly rather than lose records
         raise RuntimeError(f"{uri}: records {counts.records} != docs + redirects + quarantined ({counts})")
     return {
-        "path": uri, "file_index": file_index, "records": counts.records, "skipped": counts.skipped,
-        "docs": counts.docs, "redirects": counts.redirects, "quarantined": counts.quarantined, "links": links,
+        "path": uri,
+        "file_index": file_index,
+        "records": counts.records,
+        "skipped": counts.skipped,
+        "docs": counts.docs,
+        "redirects": counts.redirects,
+        "quarantined": counts.quarantined,
+        "links": links,
         "seconds": time.perf_counter() - start,
-    }  # fmt: skip
+    }
 
 
 # --- half 2: one partition at a time ----------------------------------------------------------
@@ -212,8 +228,9 @@ def resolve_titles(output: str, p: int, partitions: int, rows_per_file: int, s3:
     out = TableWriter(fs, f"{root}/redirects", f"part-{p:05d}", schemas.REDIRECTS, rows_per_file)
     out.write(redirects)
     out.close()
-    aliases = PartitionedWriter(fs, f"{root}/{STAGING}/aliases", f"part-{p:05d}", STAGED["aliases"], "title",
-                                partitions, rows_per_file)  # fmt: skip
+    aliases = PartitionedWriter(
+        fs, f"{root}/{STAGING}/aliases", f"part-{p:05d}", STAGED["aliases"], "title", partitions, rows_per_file
+    )
     for title, doc_id in zip(redirects["from_title"].to_pylist(), to_doc.to_pylist()):
         if doc_id is not None:
             aliases.add({"title": title, "doc_id": doc_id})
@@ -235,7 +252,9 @@ def resolve_links(
     doc_of.update(_first_by(_staged(fs, root, "titles", p), "title", "doc_id"))  # a page beats a redirect
     links = _staged(fs, root, "links", p)
     if first_file:  # links written by a later copy of a duplicated doc go with it
-        keep = [first_file.get(d, f) == f for d, f in zip(links["src_doc_id"].to_pylist(), links["file_index"].to_pylist())]
+        keep = [
+            first_file.get(d, f) == f for d, f in zip(links["src_doc_id"].to_pylist(), links["file_index"].to_pylist())
+        ]
         links = links.filter(pa.array(keep, pa.bool_()))
     target = pa.array([doc_of.get(t) for t in links["target_title"].to_pylist()], pa.string())
     links = links.append_column("target_doc_id", target).append_column("missing", pc.is_null(target))
@@ -247,11 +266,14 @@ def resolve_links(
     surfaces = pc.utf8_lower(pc.utf8_trim_whitespace(found["anchor"]))
     pairs = pa.table({"surface": surfaces, "doc_id": found["target_doc_id"]})
     pairs = pairs.filter(pc.not_equal(pairs["surface"], ""))
-    counted = pairs.group_by(["surface", "doc_id"]).aggregate([("doc_id", "count")]).rename_columns(
-        ["surface", "doc_id", "count"]
+    counted = (
+        pairs.group_by(["surface", "doc_id"])
+        .aggregate([("doc_id", "count")])
+        .rename_columns(["surface", "doc_id", "count"])
     )
-    anchors = PartitionedWriter(fs, f"{root}/{STAGING}/anchors", f"part-{p:05d}", STAGED["anchors"], "surface",
-                                partitions, rows_per_file)  # fmt: skip
+    anchors = PartitionedWriter(
+        fs, f"{root}/{STAGING}/anchors", f"part-{p:05d}", STAGED["anchors"], "surface", partitions, rows_per_file
+    )
     for row in counted.to_pylist():
         anchors.add(row)
     anchors.close()
@@ -262,8 +284,10 @@ def count_anchors(output: str, p: int, rows_per_file: int, s3: S3Settings | None
     """Round 3 for partition p: anchor counts summed per (surface, doc)."""
     fs, root = resolve(output, s3)
     partial = _staged(fs, root, "anchors", p)
-    total = partial.group_by(["surface", "doc_id"]).aggregate([("count", "sum")]).rename_columns(
-        ["surface", "doc_id", "count"]
+    total = (
+        partial.group_by(["surface", "doc_id"])
+        .aggregate([("count", "sum")])
+        .rename_columns(["surface", "doc_id", "count"])
     )
     out = TableWriter(fs, f"{root}/anchors", f"part-{p:05d}", schemas.ANCHORS, rows_per_file)
     out.write(total.sort_by([("surface", "ascending"), ("count", "descending")]))
@@ -272,9 +296,13 @@ def count_anchors(output: str, p: int, rows_per_file: int, s3: S3Settings | None
 
 
 def drop_duplicate_docs(
-    output: str, file_index: int, later: list[tuple[str, int]], source: str, rows_per_file: int,
+    output: str,
+    file_index: int,
+    later: list[tuple[str, int]],
+    source: str,
+    rows_per_file: int,
     s3: S3Settings | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Rewrite the docs of one input file without the later copies `later` [(doc_id, position)]; quarantine them."""
     fs, root = resolve(output, s3)
     stem = f"part-{file_index:05d}"
@@ -287,10 +315,18 @@ def drop_duplicate_docs(
     out = TableWriter(fs, f"{root}/docs", stem, schemas.DOCS, rows_per_file)
     out.write(docs)
     out.close()
-    quarantine = TableWriter(fs, f"{root}/quarantine", f"duplicates-{file_index:05d}", schemas.QUARANTINE, rows_per_file)
+    quarantine = TableWriter(
+        fs, f"{root}/quarantine", f"duplicates-{file_index:05d}", schemas.QUARANTINE, rows_per_file
+    )
     for doc_id, position in sorted(later, key=lambda x: x[1]):
-        quarantine.add({"source": source, "position": position, "reason": "duplicate id: first seen in an earlier file",
-                        "raw": doc_id[: schemas.RAW_LIMIT]})  # fmt: skip
+        quarantine.add(
+            {
+                "source": source,
+                "position": position,
+                "reason": "duplicate id: first seen in an earlier file",
+                "raw": doc_id[: schemas.RAW_LIMIT],
+            }
+        )
     quarantine.close()
     return len(later)
 
@@ -334,7 +370,6 @@ def finish(output: str, s3: S3Settings | None = None) -> None:
             pq.write_table(schemas.TABLES[name].empty_table(), f"{root}/{name}/empty.parquet", filesystem=fs)
 
 
-
 def summarize(files: list[dict], titles: list[dict], links: list[dict], duplicates: int) -> dict:
     """The run's counts; `records == docs + redirects + quarantined` is checked here."""
     total = {k: sum(f[k] for f in files) for k in ("records", "skipped", "docs", "redirects", "quarantined", "links")}
@@ -355,8 +390,14 @@ def summarize(files: list[dict], titles: list[dict], links: list[dict], duplicat
     return summary
 
 
-def process_in_process(fmt: str, files: list[str], output: str, partitions: int = 8, rows_per_file: int = 250_000,
-                       s3: S3Settings | None = None) -> dict:  # fmt: skip
+def process_in_process(
+    fmt: str,
+    files: list[str],
+    output: str,
+    partitions: int = 8,
+    rows_per_file: int = 250_000,
+    s3: S3Settings | None = None,
+) -> dict:
     """Every step in this process, one after the other: the same work the Ray driver spreads out."""
     clear_output(output, s3)
     per_file = [stage_file(fmt, uri, k, output, partitions, rows_per_file, s3) for k, uri in enumerate(files)]

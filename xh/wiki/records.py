@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar, NamedTuple, Union
+from typing import ClassVar, NamedTuple
 
 from xh.schemas import RAW_LIMIT
 
@@ -129,7 +129,7 @@ class Quarantine:
         return {"source": self.source, "position": self.position, "reason": self.reason, "raw": self.raw}
 
 
-Record = Union[Doc, Redirect, Quarantine]
+Record = Doc | Redirect | Quarantine
 
 
 @dataclass
