@@ -29,6 +29,7 @@ from xh.graph import store
 from xh.graph.build import ShardBuilder, make_plan, summarize
 from xh.graph.store import read_graphs  # noqa: F401  (still importable from here, as the README says)
 from xh.storage import join, open_output
+from xh.tables import require_complete, staged
 
 
 def paths(cfg: XHConfig) -> dict[str, str]:
@@ -54,14 +55,33 @@ class _ShardActor:
 
 def build(cfg: XHConfig) -> dict:
     """Build the graphs of `cfg.graphs.task`; returns the summary (also written to `<output>/_summary.json`)."""
+    g, s3, p = cfg.graphs, s3_settings(cfg), paths(cfg)
+    start = time.perf_counter()
+    if g.task == "fever" or g.setting == "retrieval":
+        require_complete(p["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
+    if g.task == "hotpot" and g.setting == "retrieval":
+        require_complete(p["retrieval"], s3, "retrieval output", hint=": run `xh retrieve run` first")
+    plan = make_plan(g, p["retrieval"], p["tables"], s3)
+    # Both folders are built aside and swapped into place, with their `_complete.json`, only when the
+    # whole run succeeded: an interrupted build leaves the previous graphs as they were.
+    inputs = {"settings": g, "retrieval": p["retrieval"], "tables": p["tables"]}
+    with staged(p["output"], s3, inputs=inputs) as out, staged(p["quarantine"], s3, inputs=inputs) as quarantine:
+        summary = _build(cfg, plan, out.uri, quarantine.uri, s3)
+        summary.update(output=p["output"], quarantine=p["quarantine"], seconds=round(time.perf_counter() - start, 3))
+        with open_output(join(out.uri, "_summary.json"), s3) as f:
+            f.write(json.dumps(summary, indent=1).encode())
+        out.rows, quarantine.rows = summary["graphs"], summary["quarantined"]
+    log("graphs", f"{summary['graphs']:,} graphs, {summary['quarantined']:,} quarantined in {summary['seconds']} s")
+    return summary
+
+
+def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
+    """The plan's graphs -> `output` and `quarantine` (staging folders); returns the summary's counts."""
     import ray.data
     from ray.data import ActorPoolStrategy
 
-    g, s3, p = cfg.graphs, s3_settings(cfg), paths(cfg)
-    start = time.perf_counter()
-    plan = make_plan(g, p["retrieval"], p["tables"], s3)
-    store.clear_folder(p["output"], s3)
-    store.clear_folder(p["quarantine"], s3)
+    g = cfg.graphs
+    p = {"output": output, "quarantine": quarantine}
     shards = [
         {"shard": k, "items": json.dumps(plan.items[i : i + g.questions_per_file])}
         for k, i in enumerate(range(0, len(plan.items), g.questions_per_file))
@@ -107,23 +127,28 @@ def build(cfg: XHConfig) -> dict:
     }
     if summary["questions"] != summary["graphs"] + summary["quarantined"]:
         raise RuntimeError(f"questions in != graphs out + quarantined: {summary}")
-    summary.update(output=p["output"], quarantine=p["quarantine"], seconds=round(time.perf_counter() - start, 3))
-    with open_output(join(p["output"], "_summary.json"), s3) as f:
-        f.write(json.dumps(summary, indent=1).encode())
-    log("graphs", f"{summary['graphs']:,} graphs, {summary['quarantined']:,} quarantined in {summary['seconds']} s")
     return summary
+
+
+def metrics(summary: dict) -> dict[str, float]:
+    """The summary's numbers as MLflow metrics, without the quarantine reasons: those are data (free text,
+    quotes and brackets included) and go to the run as a file, never into metric names."""
+    from xh.tracking import flatten_numbers
+
+    return flatten_numbers({k: v for k, v in summary.items() if k != "quarantine_reasons"})
 
 
 def run(cfg: XHConfig) -> dict:
     """`build`, tracked: the stage's config as params, the summary's numbers as metrics, the summary as a file."""
     import mlflow
 
-    from xh.tracking import flatten_numbers, stage_run
+    from xh.tracking import stage_run
 
     with stage_run(cfg, "graphs", s3=s3_settings(cfg)) as tracked:
         summary = build(cfg)
-        mlflow.log_metrics(flatten_numbers(summary))
+        mlflow.log_metrics(metrics(summary))
         mlflow.log_dict(summary, "graphs_summary.json")
+        mlflow.log_dict(summary.get("quarantine_reasons", {}), "quarantine_reasons.json")
     return {"mlflow_run_id": tracked.info.run_id, **summary}
 
 

@@ -34,6 +34,7 @@ from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
 from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, write_manifest
 from xh.storage import join, open_output, resolve
+from xh.tables import require_complete, staged
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -51,6 +52,7 @@ def build_index(cfg: XHConfig) -> dict:
     import ray.data
 
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
+    require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
     init_ray(cfg)
     start = time.perf_counter()
     ranges = doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
@@ -115,21 +117,42 @@ def check_inputs(cfg: XHConfig) -> None:
                 f"no re-ranker at {cfg.retrieve.reranker} (missing {RERANKER_CONFIG}): "
                 "train one with `xh retrieve train-reranker`"
             )
+    require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
+
+
+def _staged_output(cfg: XHConfig):
+    """The retrieval folder (questions, quarantine, candidates) is built aside and handed on whole."""
+    r = cfg.retrieve
+    inputs = {"questions": r.questions, "index": _paths(cfg)["index"], "reranker": r.reranker, "settings": r}
+    return staged(_paths(cfg)["output"], s3_settings(cfg), inputs=inputs)
 
 
 def run_candidates(cfg: XHConfig) -> dict:
-    """`xh retrieve run`: check the inputs, then write the questions and their candidates."""
+    """`xh retrieve run`: check the inputs, then write the questions and their candidates, together: a run
+    that fails at any point leaves the previous run's folder (and its `_complete.json`) as it was."""
     check_inputs(cfg)
-    return {"questions": write_questions(cfg), **retrieve(cfg)}
+    with _staged_output(cfg) as stage:
+        questions = write_questions(cfg, stage.uri)
+        summary = {"questions": questions, **retrieve(cfg, stage.uri)}
+        stage.rows = questions["questions"]
+    return summary
 
 
-def write_questions(cfg: XHConfig) -> dict:
-    """The question file -> `<output>/questions` (and bad records -> `<output>/quarantine`)."""
-    s3, paths = s3_settings(cfg), _paths(cfg)
+def write_questions(cfg: XHConfig, output: str | None = None) -> dict:
+    """The question file -> `<output>/questions` (and bad records -> `<output>/quarantine`).
+
+    `output` is a staging folder of `run_candidates`; without one, the retrieval folder is replaced by one
+    holding the questions only (complete, without candidates)."""
+    s3 = s3_settings(cfg)
     if not cfg.retrieve.questions:
         raise FileNotFoundError("no questions given: set retrieve.questions (or pass --questions)")
+    if output is None:
+        with _staged_output(cfg) as stage:
+            counts = write_questions(cfg, stage.uri)
+            stage.rows = counts["questions"]
+        return counts
     rows, quarantined = read_hotpot_questions(cfg.retrieve.questions, s3)
-    fs, out = resolve(paths["output"], s3)
+    fs, out = resolve(output, s3)
     for name, schema, table_rows in (
         ("questions", schemas.QUESTIONS, rows),
         ("quarantine", schemas.QUARANTINE, quarantined),
@@ -142,7 +165,8 @@ def write_questions(cfg: XHConfig) -> dict:
     return {"questions": len(rows), "quarantined": len(quarantined)}
 
 
-def retrieve(cfg: XHConfig) -> dict:
+def retrieve(cfg: XHConfig, output: str) -> dict:
+    """The questions under `output` (a staging folder of `run_candidates`) -> `<output>/candidates`."""
     import ray.data
     from ray.data import ActorPoolStrategy
 
@@ -150,7 +174,7 @@ def retrieve(cfg: XHConfig) -> dict:
     check_inputs(cfg)  # say so here, not from inside an actor
     init_ray(cfg)
     start = time.perf_counter()
-    fs, out = resolve(paths["output"], s3)
+    fs, out = resolve(output, s3)
     # Every task around the actor pool asks for a fraction of a CPU: with actors spread over small
     # nodes, a task wanting a whole CPU finds no node with one free and waits for ever. Questions are
     # small next to the corpus, so the driver reads them and hands them over as blocks (no read task).
@@ -166,8 +190,6 @@ def retrieve(cfg: XHConfig) -> dict:
         num_cpus=r.cpus_per_worker,
         fn_constructor_args=(paths["index"], paths["tables"], r, s3, max(1, round(r.cpus_per_worker))),
     )
-    fs.create_dir(f"{out}/candidates", recursive=True)
-    fs.delete_dir_contents(f"{out}/candidates")
     candidates.write_parquet(f"{out}/candidates", filesystem=fs, ray_remote_args={"num_cpus": 0.25})
     table = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table(columns=["qid", "source"])
     counts = table.group_by("source").aggregate([("qid", "count")]).to_pylist()
@@ -181,6 +203,7 @@ def retrieve(cfg: XHConfig) -> dict:
 def evaluate(cfg: XHConfig) -> dict:
     """Table 6's measures for the candidates of the questions that have supporting facts."""
     s3, paths = s3_settings(cfg), _paths(cfg)
+    require_complete(paths["output"], s3, "retrieval output", hint=": run `xh retrieve run` first")
     fs, out = resolve(paths["output"], s3)
     questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
     candidates = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table().to_pylist()
@@ -204,9 +227,9 @@ def run(cfg: XHConfig) -> dict:
         return {"index": build_index, "run": run_candidates, "eval": evaluate}[step](cfg)
     s3, paths = s3_settings(cfg), _paths(cfg)
     summary = {"index": "existing" if index_exists(paths["index"], s3) else build_index(cfg)}
-    check_inputs(cfg)
-    summary["questions"] = write_questions(cfg)
-    summary["retrieve"] = retrieve(cfg)
+    done = run_candidates(cfg)
+    summary["questions"] = done.pop("questions")
+    summary["retrieve"] = done
     summary["eval"] = evaluate(cfg)
     return summary
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import is_s3, join, resolve
+from xh.tables import require_complete
 from xh.tracking import absolute_tracking
 from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
@@ -67,9 +68,7 @@ def fit(cfg: XHConfig) -> dict:
     cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
-        fs, path = resolve(uri, s3)
-        if fs.get_file_info(path).type.name == "NotFound":
-            raise FileNotFoundError(f"no graphs at {uri} (build them with `xh graphs build`)")
+        require_complete(uri, s3, "graphs", hint=" (build them with `xh graphs build`)")
     init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()

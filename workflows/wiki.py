@@ -25,6 +25,7 @@ from collections.abc import Callable
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import join, open_output
+from xh.tables import staged
 from xh.wiki import process
 
 
@@ -53,12 +54,24 @@ def _over(items: list, fn: Callable, cpus: float) -> list:
 
 
 def run(cfg: XHConfig) -> dict:
-    import ray.data
-    from ray.data import ActorPoolStrategy
-
     wiki, s3 = cfg.wiki, s3_settings(cfg)
     output = wiki.output or join(cfg.storage.root, "tables")
     files = process.input_files(wiki.inputs, wiki.format, s3)
+    # built in a staging sibling, swapped into place with its `_complete.json` only when whole
+    with staged(output, s3, inputs={"format": wiki.format, "files": files}) as stage:
+        summary = _process(cfg, files, stage.uri, s3)
+        summary["output"] = output
+        with open_output(join(stage.uri, "_summary.json"), s3) as f:
+            f.write(json.dumps(summary, indent=1).encode())
+        stage.rows = summary["docs"]
+    return summary
+
+
+def _process(cfg: XHConfig, files: list[str], output: str, s3) -> dict:
+    import ray.data
+    from ray.data import ActorPoolStrategy
+
+    wiki = cfg.wiki
     process.clear_output(output, s3)
     init_ray(cfg)
     start = time.perf_counter()
@@ -99,10 +112,7 @@ def run(cfg: XHConfig) -> dict:
         **process.summarize(per_file, titles, links, duplicates),
         "read_seconds": round(read_seconds, 3),
         "seconds": round(time.perf_counter() - start, 3),
-        "output": output,
     }
-    with open_output(join(output, "_summary.json"), s3) as f:
-        f.write(json.dumps(summary, indent=1).encode())
     return summary
 
 

@@ -114,3 +114,53 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
         n = len(graph["nodes"])
         if graph["question_type"] == "bridge":
             assert graph["edge_mode"] == "sequence" and len(graph["edges"]) == 2 * (n - 1)
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
+    ray_cluster, mlflow_server, world, monkeypatch
+):
+    from xh.tables import IncompleteTableError, read_marker
+
+    cfg = _config(world, mlflow_server)
+    if read_marker(str(world / "graphs" / "hotpot")) is None:
+        retrieve.run(cfg)
+        graphs.build(cfg)
+    before = {name: _files(world / name) for name in ("graphs", "retrieval")}
+    assert read_marker(str(world / "graphs" / "hotpot"))["rows"] > 0
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("interrupted midway")
+
+    # graphs: every shard is written (to the staging folder), then the run fails
+    monkeypatch.setattr(graphs, "summarize", fails)
+    with pytest.raises(RuntimeError, match="interrupted midway"):
+        graphs.build(cfg)
+    # retrieval: the new questions are written, then the candidates fail
+    monkeypatch.setattr(retrieve, "retrieve", fails)
+    with pytest.raises(RuntimeError, match="interrupted midway"):
+        retrieve.run_candidates(cfg)
+    assert {name: _files(world / name) for name in ("graphs", "retrieval")} == before
+    assert not [p for p in world.rglob("*.staging")]
+
+    # a retrieval folder without its marker (an older or interrupted run) is refused by graphs, in one line
+    (world / "retrieval" / "_complete.json").rename(world / "complete.bak")
+    try:
+        with pytest.raises(IncompleteTableError, match=r"^retrieval output at .* is incomplete .*xh retrieve run"):
+            graphs.build(cfg)
+    finally:
+        (world / "complete.bak").rename(world / "retrieval" / "_complete.json")
+
+
+def test_graphs_output_pointing_at_a_user_folder_is_refused_and_left_alone(ray_cluster, mlflow_server, world, tmp_path):
+    from xh.tables import ForeignFolderError
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    cfg = _config(world, mlflow_server, f"graphs.quarantine={tmp_path / 'mine'}")
+    with pytest.raises(ForeignFolderError, match="refusing to delete"):
+        graphs.build(cfg)
+    assert _files(tmp_path / "mine") == {__import__("pathlib").Path("notes.txt"): b"mine"}

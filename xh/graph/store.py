@@ -46,16 +46,17 @@ def clear_folder(folder: str, s3: S3Settings | None = None) -> None:
     fs.delete_dir_contents(path)
 
 
-def _existing(folder: str, s3: S3Settings | None, missing: str):
-    """(filesystem, path) of a folder that exists; FileNotFoundError(`missing`) otherwise."""
-    fs, path = resolve(folder, s3)
-    if fs.get_file_info(path).type.name == "NotFound":
-        raise FileNotFoundError(missing)
-    return fs, path
+def _existing(folder: str, s3: S3Settings | None, what: str):
+    """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`);
+    a one-line `FileNotFoundError` otherwise: a build that failed or was interrupted is never read."""
+    from xh.tables import require_complete
+
+    require_complete(folder, s3, what, hint=" (run `xh graphs build` first)")
+    return resolve(folder, s3)
 
 
 def _graphs_folder(folder: str, s3: S3Settings | None):
-    return _existing(folder, s3, f"no graphs at {folder} (run `xh graphs build` first)")
+    return _existing(folder, s3, "graphs")
 
 
 def iter_graphs(folder: str, s3: S3Settings | None = None, batch_rows: int = 256) -> Iterator[dict]:
@@ -79,5 +80,5 @@ def read_graphs(folder: str, s3: S3Settings | None = None, num_cpus: float = 0.2
 
 def read_eval_set(folder: str, s3: S3Settings | None = None) -> list[dict]:
     """Every row of a graphs folder with gold labels, in memory: what `xh promote` scores the models on."""
-    fs, path = _existing(folder, s3, f"no evaluation set at {folder}")
+    fs, path = _existing(folder, s3, "evaluation set")
     return pads.dataset(path, filesystem=fs, format="parquet").to_table().to_pylist()

@@ -398,7 +398,21 @@ def process_in_process(
     rows_per_file: int = 250_000,
     s3: S3Settings | None = None,
 ) -> dict:
-    """Every step in this process, one after the other: the same work the Ray driver spreads out."""
+    """Every step in this process, one after the other: the same work the Ray driver spreads out.
+
+    Written to a staging sibling and swapped into place with its `_complete.json` (`xh.tables.staged`):
+    a run that fails leaves the previous tables as they were."""
+    from xh.tables import staged
+
+    with staged(output, s3, inputs={"format": fmt, "files": files}) as stage:
+        summary = _process_all(fmt, files, stage.uri, partitions, rows_per_file, s3)
+        stage.rows = summary["docs"]
+    return summary
+
+
+def _process_all(
+    fmt: str, files: list[str], output: str, partitions: int, rows_per_file: int, s3: S3Settings | None
+) -> dict:
     clear_output(output, s3)
     per_file = [stage_file(fmt, uri, k, output, partitions, rows_per_file, s3) for k, uri in enumerate(files)]
     titles = [resolve_titles(output, p, partitions, rows_per_file, s3) for p in range(partitions)]
