@@ -38,12 +38,15 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     from xh.config import GraphsConfig
     from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
+    from xh.tables import staged
 
     items, _ = read_distractor_questions(hotpot_file)
     rows = [o.graph for o in distractor_graphs(items[:questions], GraphsConfig()) if o.graph is not None]
     train, dev = str(folder / "train"), str(folder / "dev")
-    store.write_shard(rows, train, 0)
-    store.write_shard(rows[:4], dev, 0)
+    for uri, part in ((train, rows), (dev, rows[:4])):
+        with staged(uri) as stage:  # marked complete, as `xh graphs build` leaves it: the trainer reads only those
+            store.write_shard(part, stage.uri, 0)
+            stage.rows = len(part)
     return train, dev, len(rows)
 
 
