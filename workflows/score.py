@@ -4,7 +4,9 @@
     python -m workflows.score --config configs/demo.yaml
 
 Three Ray Data stages, each written under a staging folder before the next starts (`xh.staging`), so
-a failed run re-run for the same date and model resumes after the last finished stage:
+a failed run re-run for the same date, model, input files and settings resumes after the last
+finished stage (staging carries a fingerprint of them, `xh.staging.fingerprint`; other staging is
+discarded):
 
     parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
                bad records -> quarantine with the reason
@@ -33,7 +35,7 @@ from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import parse_question_file, question_files
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
-from xh.staging import Stages, count_rows, read_stage, replace_partition, with_quarantine, write_quarantine
+from xh.staging import Stages, count_rows, fingerprint, read_stage, replace_partition, with_quarantine, write_quarantine
 from xh.storage import join, resolve
 from xh.tracking import absolute_tracking, configure, stage_run
 
@@ -91,6 +93,24 @@ def _paths(cfg: XHConfig, model: dict, run_date: str) -> dict[str, str]:
         "partition": join(output, partition),
         "staging": join(output, "_staging", f"{run_date}-{model['name']}-v{model['version']}"),
         "quarantine": join(output, "quarantine", partition),
+    }
+
+
+# what changes where resources change, not the predictions: not part of the staging fingerprint
+RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus", "inference_threads", "use_gpu"}
+
+
+def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
+    """What a run's stages depend on besides the input files: staging of other settings is not resumed."""
+    retrieval, graph = settings_of(cfg)
+    return {
+        "score": cfg.score.model_dump(mode="json", exclude={"fail_before", "input", *RESOURCES}),
+        "model": model,
+        "retrieve": retrieval.model_dump(mode="json"),
+        "graphs": graph.model_dump(mode="json"),
+        "index": paths["index"],
+        "tables": paths["tables"],
+        "corpus_snapshot": snapshot,
     }
 
 
@@ -171,12 +191,18 @@ def run(cfg: XHConfig) -> dict:
     log("score", f"model {model['name']} v{model['version']}, {len(inputs)} input file(s), run date {run_date}")
 
     with stage_run(cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
-        stages = Stages(paths["staging"], s3, fail_before=sc.fail_before)
-        parsed = stages.run("parse", lambda: _parse(inputs, s3))
-        graphs = stages.run("graphs", lambda: _graphs(parsed, cfg, paths, s3))
+        digest = fingerprint(inputs, _settings(cfg, model, paths, snapshot), s3)
+        stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
+        if stages.discarded:
+            log("score", "staging of a run with other inputs or settings discarded")
+        parsed = stages.run("parse", lambda: _parse(inputs, s3), schema=PARSED)
+        graphs = stages.run("graphs", lambda: _graphs(parsed, cfg, paths, s3), schema=GRAPHS)
         # never resumed: a run that failed while moving its predictions left that stage incomplete
         predictions = stages.run(
-            "inference", lambda: _predictions(graphs, cfg, model, snapshot, use_gpu, s3), resume=False
+            "inference",
+            lambda: _predictions(graphs, cfg, model, snapshot, use_gpu, s3),
+            resume=False,
+            schema=schemas.PREDICTIONS,
         )
         quarantine = write_quarantine([parsed, graphs], paths["quarantine"], s3)
         files = replace_partition(predictions, paths["partition"], s3)
@@ -191,6 +217,7 @@ def run(cfg: XHConfig) -> dict:
             "prediction_files": files,
             "output": paths["partition"],
             "resumed_stages": stages.resumed,
+            "staging_discarded": stages.discarded,
             "seconds": {k: round(v, 3) for k, v in seconds.items()},
             "corpus_snapshot": snapshot,
             "use_gpu": use_gpu,

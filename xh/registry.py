@@ -11,14 +11,17 @@
 The pyfunc is logged from code (`xh/pyfunc_entry.py`), with the safetensors weights, tokenizer and
 config as its artifact and the `xh` package as its code: loading it unpickles nothing.
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
-challenger wins by `min_delta` points (the first model must pass `floor`); the version it replaces is
-remembered in the registered model's tag `previous_champion`, which `rollback` restores.
+challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
+`floor`); the move is a compare-and-swap under a lease kept in the registry, and every version it
+replaces is appended to the registered model's tag `champion_history`, whose last `rollback` restores.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,7 +33,11 @@ from xh.config import ConfigError, XHConfig
 INPUT_COLUMNS = ["qid", "question", "graph"]
 PYFUNC_ENTRY = Path(__file__).with_name("pyfunc_entry.py")
 PACKAGE_DIR = Path(__file__).parent
-PREVIOUS_CHAMPION_TAG = "previous_champion"
+PREVIOUS_CHAMPION_TAG = "previous_champion"  # the last of HISTORY_TAG (kept for older readers)
+HISTORY_TAG = "champion_history"  # JSON list of every version @champion replaced, oldest first
+LEASE_TAG = "promotion_lease"  # {"owner", "expires"}: the promotion that may move @champion now
+LEASE_TTL_S = 120.0
+LEASE_SETTLE_S = 0.5
 
 
 class XHPyfunc(mlflow.pyfunc.PythonModel):
@@ -223,14 +230,27 @@ def promote(
     min_delta: float = 0.5,
     floor: float = 0.0,
     task: str = "hotpot",
+    challenger_version: str | None = None,
+    lease_timeout_s: float = 600.0,
 ) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
-    Returns the decision (also written as tags on both versions); a challenger that fails to load,
-    whose signature differs or whose metric is missing is never promoted, and the reason is returned.
+    Returns the decision (also written as a tag on the challenger version); a challenger that fails to
+    load, whose signature differs or whose metric is missing is never promoted, and the reason is
+    returned. A champion that cannot be loaded or evaluated is compared against nothing: the challenger
+    must then pass `floor`, like a first model.
+
+    The alias moves as a compare-and-swap: under the registry lease (`LEASE_TAG`) `@champion` is read
+    again, and if another promotion moved it meanwhile, the challenger is evaluated against the new
+    champion instead. The decision names the champion it was compared against (`champion`); every
+    replaced version is appended to the registered model's `champion_history` tag.
     """
     client = mlflow.MlflowClient()
-    challenger, champion = _version_of(client, name, "challenger"), _version_of(client, name, "champion")
+    if challenger_version is not None:
+        challenger = client.get_model_version(name, str(challenger_version))
+    else:
+        challenger = _version_of(client, name, "challenger")
+    champion = _version_of(client, name, "champion")
     decision: dict = {
         "model": name,
         "metric": metric,
@@ -239,7 +259,7 @@ def promote(
         "challenger": challenger and challenger.version,
         "champion": champion and champion.version,
         "promoted": False,
-        "decided_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "decided_at": _now(),
     }
     if challenger is None:
         return decision | {"reason": f"{name} has no @challenger"}
@@ -253,19 +273,56 @@ def promote(
         return _record(client, name, decision | {"reason": f"challenger has no metric '{metric}'"}, challenger)
     score = 100 * challenger_metrics[metric]
     decision["challenger_score"] = score
-    if champion is None:
-        decision["promoted"] = score >= floor
-        decision["reason"] = f"first model: {score:.2f} {'>=' if decision['promoted'] else '<'} floor {floor}"
-    else:
-        champion_score = 100 * evaluate_version(name, champion.version, rows, task)[metric]
-        decision["champion_score"] = champion_score
-        decision["promoted"] = score >= champion_score + min_delta
-        decision["reason"] = f"{score:.2f} vs champion {champion_score:.2f} (needs +{min_delta})"
-    if decision["promoted"]:
-        if champion is not None:
-            client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, champion.version)
+    champion_scores: dict[str, float | str] = {}  # version -> score, or why it could not be evaluated
+
+    def judge(champion_version: str | None) -> dict:
+        verdict = decision | {"champion": champion_version, "decided_at": _now()}
+        verdict.pop("champion_score", None)
+        if champion_version == challenger.version:
+            return verdict | {"reason": "the challenger already is the champion"}
+        if champion_version is not None and champion_version not in champion_scores:
+            try:
+                champion_scores[champion_version] = 100 * evaluate_version(name, champion_version, rows, task)[metric]
+            except Exception as e:  # a champion that cannot be scored is no obstacle, but the floor is
+                champion_scores[champion_version] = f"{type(e).__name__}: {e}".splitlines()[0]
+        against = champion_scores.get(champion_version) if champion_version is not None else None
+        if isinstance(against, float):
+            verdict["champion_score"] = against
+            verdict["promoted"] = score >= against + min_delta
+            return verdict | {"reason": f"{score:.2f} vs champion {against:.2f} (needs +{min_delta})"}
+        verdict["promoted"] = score >= floor
+        first = "first model" if champion_version is None else f"champion unloadable ({against})"
+        return verdict | {"reason": f"{first}: {score:.2f} {'>=' if verdict['promoted'] else '<'} floor {floor}"}
+
+    verdict = judge(champion and champion.version)
+    if not verdict["promoted"]:
+        return _record(client, name, verdict, challenger)
+    owner = uuid.uuid4().hex
+    try:
+        _acquire_lease(client, name, owner, lease_timeout_s)
+    except TimeoutError as e:
+        return _record(client, name, verdict | {"promoted": False, "reason": str(e)}, challenger)
+    try:
+        while True:  # compare-and-swap: the champion judged against must still be the champion
+            current = _version_of(client, name, "champion")
+            current_version = current and current.version
+            if current_version == verdict["champion"]:
+                break
+            verdict = judge(current_version)  # another promotion won meanwhile: judge against its champion
+            if not verdict["promoted"]:
+                return _record(client, name, verdict, challenger)
+        if current_version is not None:
+            history = champion_history(client, name) + [current_version]
+            client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
+            client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, current_version)
         client.set_registered_model_alias(name, "champion", challenger.version)
-    return _record(client, name, decision, challenger)
+        return _record(client, name, verdict, challenger)
+    finally:
+        _release_lease(client, name, owner)
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _record(client, name: str, decision: dict, version) -> dict:
@@ -273,14 +330,83 @@ def _record(client, name: str, decision: dict, version) -> dict:
     return decision
 
 
-def rollback(name: str) -> dict:
-    """Give `@champion` back to the version it replaced."""
-    client = mlflow.MlflowClient()
+def champion_history(client, name: str) -> list[str]:
+    """The versions `@champion` pointed to before, oldest first (the `champion_history` tag)."""
     tags = client.get_registered_model(name).tags
-    previous = tags.get(PREVIOUS_CHAMPION_TAG)
-    if not previous:
+    if HISTORY_TAG in tags:
+        return [str(v) for v in json.loads(tags[HISTORY_TAG])]
+    return [tags[PREVIOUS_CHAMPION_TAG]] if tags.get(PREVIOUS_CHAMPION_TAG) else []
+
+
+# --- the registry lease ----------------------------------------------------------------------------
+# MLflow has no conditional write, so the lease is a registered-model tag {owner, expires}: a
+# promotion writes its own, waits `LEASE_SETTLE_S`, and holds the lease only if it reads its own back
+# (a competitor that wrote later wins, and the first backs off); an expired lease may be taken over.
+
+
+def _read_lease(client, name: str) -> dict | None:
+    raw = client.get_registered_model(name).tags.get(LEASE_TAG)
+    try:
+        return json.loads(raw) if raw else None
+    except json.JSONDecodeError:
+        return None
+
+
+def _acquire_lease(client, name: str, owner: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lease = _read_lease(client, name)
+        if lease is None or lease.get("owner") == owner or float(lease.get("expires", 0)) < time.time():
+            lease = {"owner": owner, "expires": time.time() + LEASE_TTL_S}
+            client.set_registered_model_tag(name, LEASE_TAG, json.dumps(lease))
+            time.sleep(LEASE_SETTLE_S)
+            held = _read_lease(client, name)
+            if held is not None and held.get("owner") == owner:
+                return
+        if time.monotonic() > deadline:
+            holder = (lease or {}).get("owner", "?")
+            raise TimeoutError(f"another promotion (lease {holder}) holds {name}'s registry lease; try again later")
+        time.sleep(LEASE_SETTLE_S + random.random() * LEASE_SETTLE_S)
+
+
+def _release_lease(client, name: str, owner: str) -> None:
+    lease = _read_lease(client, name)
+    if lease is not None and lease.get("owner") == owner:
+        client.delete_registered_model_tag(name, LEASE_TAG)
+
+
+def version_loads(name: str, version: str) -> str | None:
+    """None when the registered version's pyfunc loads, else why not (one line)."""
+    try:
+        mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+    except Exception as e:
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return None
+
+
+def rollback(name: str) -> dict:
+    """Give `@champion` back to the version it replaced (the last of `champion_history`), if that one loads."""
+    client = mlflow.MlflowClient()
+    history = champion_history(client, name)
+    if not history:
         raise ConfigError(f"{name} has no previous champion to roll back to")
-    current = _version_of(client, name, "champion")
-    client.set_registered_model_alias(name, "champion", previous)
-    client.delete_registered_model_tag(name, PREVIOUS_CHAMPION_TAG)
+    previous = history[-1]
+    problem = version_loads(name, previous)
+    if problem is not None:
+        raise ConfigError(f"{name} version {previous} does not load, @champion left as it is: {problem}")
+    owner = uuid.uuid4().hex
+    _acquire_lease(client, name, owner, LEASE_TTL_S)
+    try:
+        history = champion_history(client, name)
+        if not history or history[-1] != previous:
+            raise ConfigError(f"{name}'s champion history changed during the rollback; run it again")
+        current = _version_of(client, name, "champion")
+        client.set_registered_model_alias(name, "champion", previous)
+        client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history[:-1]))
+        if len(history) > 1:
+            client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, history[-2])
+        else:
+            client.delete_registered_model_tag(name, PREVIOUS_CHAMPION_TAG)
+    finally:
+        _release_lease(client, name, owner)
     return {"model": name, "champion": previous, "rolled_back_from": current and current.version}

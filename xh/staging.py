@@ -17,6 +17,8 @@ A stage's dataset comes from the caller; only `read_stage` imports Ray (when cal
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
 
@@ -26,6 +28,7 @@ from xh import schemas
 from xh.storage import S3Settings, join, list_files, resolve
 
 DONE = "_SUCCESS"
+FINGERPRINT = "_FINGERPRINT"
 
 
 def with_quarantine(fields: Sequence[pa.Field]) -> pa.Schema:
@@ -46,10 +49,15 @@ def done(uri: str, s3: S3Settings | None) -> bool:
     return fs.get_file_info(path).type.name != "NotFound"
 
 
-def write_stage(dataset, uri: str, s3: S3Settings | None) -> None:
-    """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first)."""
+def write_stage(dataset, uri: str, s3: S3Settings | None, schema: pa.Schema | None = None) -> None:
+    """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first);
+    with `schema`, an empty result is one empty Parquet file of that schema."""
+    import pyarrow.parquet as pq
+
     fs, path = empty_folder(uri, s3)
     dataset.write_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    if schema is not None and not list_files(uri, s3, suffix=".parquet"):
+        pq.write_table(schema.empty_table(), f"{path}/part-empty.parquet", filesystem=fs)
     with fs.open_output_stream(f"{path}/{DONE}", compression=None) as out:
         out.write(b"")
 
@@ -69,16 +77,60 @@ class InjectedFailure(RuntimeError):
     """Raised before the stage named by `fail_before` (tests of resumption)."""
 
 
-class Stages:
-    """The stages of one run under `staging`: each runs unless a finished copy is there already."""
+def fingerprint(inputs: Sequence[str], settings: dict, s3: S3Settings | None) -> str:
+    """A digest of what a run reads and how: each input file's path, size and modification time, and
+    `settings` (JSON-able); staging written under another fingerprint is never resumed."""
+    files = []
+    for uri in inputs:
+        fs, path = resolve(uri, s3)
+        info = fs.get_file_info(path)
+        files.append([uri, info.size, info.mtime_ns])
+    text = json.dumps({"inputs": files, "settings": settings}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
 
-    def __init__(self, staging: str, s3: S3Settings | None, fail_before: str | None = None) -> None:
+
+class Stages:
+    """The stages of one run under `staging`: each runs unless a finished copy is there already.
+
+    With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings, or of
+    unknown ones, is cleared first, and the fingerprint is written there (`_FINGERPRINT`)."""
+
+    def __init__(
+        self,
+        staging: str,
+        s3: S3Settings | None,
+        fail_before: str | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
         self.staging, self.s3, self.fail_before = staging, s3, fail_before
         self.resumed: list[str] = []
         self.seconds: dict[str, float] = {}
+        self.discarded = False  # whether staging of another fingerprint was cleared
+        if fingerprint is not None:
+            self._claim(fingerprint)
 
-    def run(self, name: str, dataset: Callable[[], object], resume: bool = True) -> str:
-        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its URI."""
+    def _claim(self, digest: str) -> None:
+        fs, path = resolve(self.staging, self.s3)
+        marker = f"{path}/{FINGERPRINT}"
+        if fs.get_file_info(path).type.name != "NotFound":
+            found = None
+            if fs.get_file_info(marker).type.name != "NotFound":
+                with fs.open_input_stream(marker) as f:
+                    found = f.read().decode()
+            if found == digest:
+                return
+            self.discarded = True
+        empty_folder(self.staging, self.s3)
+        with fs.open_output_stream(marker, compression=None) as out:
+            out.write(digest.encode())
+
+    def run(
+        self, name: str, dataset: Callable[[], object], resume: bool = True, schema: pa.Schema | None = None
+    ) -> str:
+        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its URI.
+
+        With `schema`, a stage that wrote no rows gets one empty Parquet file of that schema, so the
+        next stage (and the partition) reads an empty table rather than a folder with no files."""
         if name == self.fail_before:
             raise InjectedFailure(f"fail_before={name}: stopping before the {name} stage")
         uri = join(self.staging, name)
@@ -86,7 +138,7 @@ class Stages:
         if resume and done(uri, self.s3):
             self.resumed.append(name)
         else:
-            write_stage(dataset(), uri, self.s3)
+            write_stage(dataset(), uri, self.s3, schema)
         self.seconds[name] = time.perf_counter() - start
         return uri
 

@@ -173,3 +173,213 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     again = score.run(load_config(None, overrides))  # same date and model: replaced, not duplicated
     assert again["resumed_stages"] == []
     assert pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").count_rows() == table.num_rows
+
+
+def _delete_artifacts(name: str, version: str, s3_endpoint) -> None:
+    """Remove a registered version's model files from the artifact store (the registry entry stays)."""
+    uri = mlflow.MlflowClient().get_model_version_download_uri(name, version)
+    assert uri.startswith("mlflow-artifacts:/"), uri
+    s3_endpoint.pyarrow_fs().delete_dir(f"xh-test/mlflow-artifacts/{uri[len('mlflow-artifacts:/') :].strip('/')}")
+
+
+@pytest.mark.parametrize("first", ["worse", "better"])
+def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_replaced_version_in_history(
+    first, scoring_world, tiny_backbone, mlflow_server, s3_endpoint, monkeypatch
+):
+    """Two promotions judge their challengers against the same champion (v1) at the same time; one moves
+    @champion first, the other must notice when it writes and judge against the new champion."""
+    import threading
+    import time
+
+    from xh import registry
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-race-{uuid.uuid4().hex[:6]}"
+    for seed in (1, 2, 3):
+        _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=seed)
+    client = mlflow.MlflowClient()
+    client.set_registered_model_alias(name, "champion", "1")
+    f1 = {"1": 0.30, "2": 0.50, "3": 0.80}  # v3 is the better challenger, v2 the worse
+    later = "3" if first == "worse" else "2"  # the promotion that writes second
+    evaluated_v1 = threading.Barrier(2, timeout=120)
+
+    def fixed_metrics(model_name, version, rows, task):
+        if version == "1":
+            evaluated_v1.wait()  # both have judged against v1 before either writes
+            if str(threading.current_thread().name) == later:
+                deadline = time.monotonic() + 120
+                while client.get_model_version_by_alias(name, "champion").version == "1":
+                    assert time.monotonic() < deadline, "the other promotion never moved @champion"
+                    time.sleep(0.2)
+        return {"f1": f1[version]}
+
+    monkeypatch.setattr(registry, "evaluate_version", fixed_metrics)
+    decisions: dict[str, dict] = {}
+
+    def run(version: str) -> None:
+        decisions[version] = registry.promote(name, [], metric="f1", min_delta=0.5, challenger_version=version)
+
+    threads = [threading.Thread(target=run, args=(v,), name=v) for v in ("2", "3")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert set(decisions) == {"2", "3"}
+
+    assert client.get_model_version_by_alias(name, "champion").version == "3"
+    history = json.loads(client.get_registered_model(name).tags["champion_history"])
+    late = decisions[later]
+    assert late["champion"] != "1"  # the later decision names the champion it was really compared against
+    if first == "worse":
+        assert decisions["2"]["promoted"] and decisions["2"]["champion"] == "1"
+        assert late["promoted"] and late["champion"] == "2" and late["champion_score"] == 50.0
+        assert history == ["1", "2"]
+    else:
+        assert decisions["3"]["promoted"] and decisions["3"]["champion"] == "1"
+        assert not late["promoted"] and late["champion"] == "3" and "vs champion 80.00" in late["reason"]
+        assert history == ["1"]
+    recorded = json.loads(client.get_model_version(name, later).tags["promotion_decision"])
+    assert recorded["champion"] == late["champion"]
+    assert "promotion_lease" not in client.get_registered_model(name).tags
+
+
+def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decision(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint, monkeypatch
+):
+    import time
+
+    from xh import registry
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-lease-{uuid.uuid4().hex[:6]}"
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1)
+    client = mlflow.MlflowClient()
+    monkeypatch.setattr(registry, "evaluate_version", lambda *a: {"f1": 0.5})
+    lease = {"owner": "someone-else", "expires": time.time() + 60}
+    client.set_registered_model_tag(name, "promotion_lease", json.dumps(lease))
+    blocked = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
+    assert not blocked["promoted"] and "holds" in blocked["reason"]
+    assert registry._version_of(client, name, "champion") is None
+
+    lease["expires"] = time.time() - 1  # an expired lease is taken over
+    client.set_registered_model_tag(name, "promotion_lease", json.dumps(lease))
+    taken = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
+    assert taken["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
+
+
+def test_an_unloadable_champion_is_a_decision_and_rollback_refuses_a_version_that_does_not_load(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+):
+    from xh.graph.store import read_eval_set
+    from xh.registry import promote, rollback
+
+    mlflow.set_tracking_uri(mlflow_server)
+    client = mlflow.MlflowClient()
+    name = f"xh-gone-{uuid.uuid4().hex[:6]}"
+    rows = read_eval_set(scoring_world["graphs"])[:4]
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1)
+    assert promote(name, rows, metric="f1", floor=0.0)["promoted"]
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=2)
+    assert promote(name, rows, metric="f1", min_delta=-101.0)["promoted"]  # champion v2, history [1]
+
+    _delete_artifacts(name, "1", s3_endpoint)
+    with pytest.raises(ValueError, match="version 1 does not load") as refused:
+        rollback(name)
+    assert "\n" not in str(refused.value)
+    assert client.get_model_version_by_alias(name, "champion").version == "2"
+
+    _delete_artifacts(name, "2", s3_endpoint)
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
+    below = promote(name, rows, metric="f1", min_delta=0.0, floor=101.0)  # against nothing: the floor decides
+    assert not below["promoted"] and "champion unloadable" in below["reason"] and "floor 101" in below["reason"]
+    assert client.get_model_version_by_alias(name, "champion").version == "2"
+    passed = promote(name, rows, metric="f1", floor=0.0)
+    assert passed["promoted"] and passed["champion"] == "2" and "champion unloadable" in passed["reason"]
+    assert client.get_model_version_by_alias(name, "champion").version == "3"
+    assert json.loads(client.get_registered_model(name).tags["champion_history"]) == ["1", "2"]
+
+
+def _score_overrides(scoring_world, mlflow_server, name: str, incoming: str, output: str) -> list[str]:
+    return [
+        f"storage.root={scoring_world['root']}",
+        f"retrieve.tables={scoring_world['tables']}",
+        f"mlflow.tracking_uri={mlflow_server}",
+        f"score.input={incoming}",
+        f"score.model=models:/{name}@champion",
+        f"score.output={output}",
+        "score.run_date=2026-11-23",
+        "score.batch_size=4",
+    ]
+
+
+def _write_questions(uri: str, lines: list[str]) -> None:
+    from xh.storage import open_output
+
+    with open_output(uri) as out:
+        out.write(("\n".join(lines) + "\n").encode())
+
+
+def test_a_failed_run_re_run_on_other_input_for_the_same_date_does_not_resume_the_first_inputs_stages(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+):
+    from workflows import score
+    from xh.staging import InjectedFailure
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-key-{uuid.uuid4().hex[:6]}"
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    questions = scoring_world["questions"]
+    first = [json.dumps({"qid": f"a-{q['_id']}", "question": q["question"]}) for q in questions[:4]]
+    second = [json.dumps({"qid": f"b-{q['_id']}", "question": q["question"]}) for q in questions[4:9]]
+    input_a, input_b = (f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}" for _ in range(2))
+    _write_questions(f"{input_a}/q.jsonl", first)
+    _write_questions(f"{input_b}/q.jsonl", second)
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+
+    with pytest.raises(InjectedFailure):
+        score.run(
+            load_config(
+                None,
+                [*_score_overrides(scoring_world, mlflow_server, name, input_a, output), "score.fail_before=inference"],
+            )
+        )
+    summary = score.run(load_config(None, _score_overrides(scoring_world, mlflow_server, name, input_b, output)))
+    assert summary["resumed_stages"] == [] and summary["staging_discarded"]
+    partition = f"{output}/run_date=2026-11-23/model={name}/version=1"
+    fs = s3_endpoint.pyarrow_fs()
+    table = pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").to_table()
+    qids = set(table["qid"].to_pylist())
+    assert qids and all(q.startswith("b-") for q in qids)
+
+    # the same input and settings still resume; another scoring setting does not
+    overrides_a = _score_overrides(scoring_world, mlflow_server, name, input_a, output)
+    with pytest.raises(InjectedFailure):
+        score.run(load_config(None, [*overrides_a, "score.fail_before=inference"]))
+    with pytest.raises(InjectedFailure):
+        score.run(load_config(None, [*overrides_a, "score.fail_before=inference", "score.batch_graphs=2"]))
+    resumed = score.run(load_config(None, [*overrides_a, "score.batch_graphs=2"]))
+    assert resumed["resumed_stages"] == ["parse", "graphs"] and not resumed["staging_discarded"]
+
+
+def test_an_input_whose_every_record_is_bad_gives_an_empty_complete_output_and_later_runs_still_work(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+):
+    from workflows import score
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-bad-input-{uuid.uuid4().hex[:6]}"
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
+    _write_questions(f"{incoming}/bad.jsonl", ["{not json", '{"qid": "e", "question": " "}'])
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+    overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output)
+
+    for _ in range(2):  # the second run for the date must not trip over what the first left
+        summary = score.run(load_config(None, overrides))
+        assert summary["predictions"] == 0 and summary["records"] == 2
+        assert sum(summary["quarantined"].values()) == 2
+    partition = f"{output}/run_date=2026-11-23/model={name}/version=1"
+    fs = s3_endpoint.pyarrow_fs()
+    assert pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").count_rows() == 0
