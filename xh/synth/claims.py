@@ -12,18 +12,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from xh.synth.layout import (
-    _SALT_CLAIMS,
-    BAND,
-    CITY,
-    FILM,
-    ORGANISATION,
-    PERSON,
-    WorldSpec,
-    _global_index,
-    _mix64,
-    kind_of,
-)
+from xh.synth import layout
 from xh.synth.names import _display_name, _in_prose, _name
 from xh.synth.pages import Page, _article, _fact_surface, _Pages
 from xh.synth.words import BAND_GENRES, COUNTRIES, FILM_GENRES, OCCUPATIONS
@@ -37,49 +26,49 @@ class _ClaimTemplate(NamedTuple):
 
 
 CLAIM_TEMPLATES = (
-    _ClaimTemplate(PERSON, "birthplace", "{name} was born in {value}."),
-    _ClaimTemplate(PERSON, "birth_year", "{name} was born in {value}."),
-    _ClaimTemplate(PERSON, "nationality", "{name} is {value}."),
-    _ClaimTemplate(PERSON, "occupation", "{name} is {article} {value}."),
-    _ClaimTemplate(CITY, "country", "{name} is located in {value}."),
-    _ClaimTemplate(CITY, "founding_year", "{name} was founded in {value}."),
-    _ClaimTemplate(ORGANISATION, "headquarters", "{name} is headquartered in {value}."),
-    _ClaimTemplate(ORGANISATION, "founder", "{name} was founded by {value}."),
-    _ClaimTemplate(ORGANISATION, "founding_year", "{name} was founded in {value}."),
-    _ClaimTemplate(FILM, "director", "{name} was directed by {value}."),
-    _ClaimTemplate(FILM, "release_year", "{name} was released in {value}."),
-    _ClaimTemplate(FILM, "filmed_in", "{name} was filmed in {value}."),
-    _ClaimTemplate(FILM, "genre", "{name} is {article} {value} film."),
-    _ClaimTemplate(BAND, "origin", "{name} is a band from {value}."),
-    _ClaimTemplate(BAND, "formation_year", "{name} was formed in {value}."),
-    _ClaimTemplate(BAND, "founding_member", "{name} was formed by {value}."),
-    _ClaimTemplate(BAND, "genre", "{name} is {article} {value} band."),
+    _ClaimTemplate(layout.PERSON, "birthplace", "{name} was born in {value}."),
+    _ClaimTemplate(layout.PERSON, "birth_year", "{name} was born in {value}."),
+    _ClaimTemplate(layout.PERSON, "nationality", "{name} is {value}."),
+    _ClaimTemplate(layout.PERSON, "occupation", "{name} is {article} {value}."),
+    _ClaimTemplate(layout.CITY, "country", "{name} is located in {value}."),
+    _ClaimTemplate(layout.CITY, "founding_year", "{name} was founded in {value}."),
+    _ClaimTemplate(layout.ORGANISATION, "headquarters", "{name} is headquartered in {value}."),
+    _ClaimTemplate(layout.ORGANISATION, "founder", "{name} was founded by {value}."),
+    _ClaimTemplate(layout.ORGANISATION, "founding_year", "{name} was founded in {value}."),
+    _ClaimTemplate(layout.FILM, "director", "{name} was directed by {value}."),
+    _ClaimTemplate(layout.FILM, "release_year", "{name} was released in {value}."),
+    _ClaimTemplate(layout.FILM, "filmed_in", "{name} was filmed in {value}."),
+    _ClaimTemplate(layout.FILM, "genre", "{name} is {article} {value} film."),
+    _ClaimTemplate(layout.BAND, "origin", "{name} is a band from {value}."),
+    _ClaimTemplate(layout.BAND, "formation_year", "{name} was formed in {value}."),
+    _ClaimTemplate(layout.BAND, "founding_member", "{name} was formed by {value}."),
+    _ClaimTemplate(layout.BAND, "genre", "{name} is {article} {value} band."),
 )
 
 # Predicates the world never states: claims made of them are NOT ENOUGH INFO.
 UNSTATED_CLAIMS = {
-    PERSON: (
+    layout.PERSON: (
         "{name} has won an Olympic gold medal.",
         "{name} has a twin sibling.",
         "{name} speaks five languages.",
         "{name} once lived in a lighthouse.",
     ),
-    CITY: (
+    layout.CITY: (
         "{name} has hosted the Winter Olympics.",
         "{name} has an underground railway.",
         "{name} has a population of over one million.",
     ),
-    ORGANISATION: (
+    layout.ORGANISATION: (
         "{name} is listed on a stock exchange.",
         "{name} has offices in more than forty countries.",
         "{name} once sponsored a football club.",
     ),
-    FILM: (
+    layout.FILM: (
         "{name} was shot in black and white.",
         "{name} won an award at the Venice Film Festival.",
         "{name} has a sequel.",
     ),
-    BAND: (
+    layout.BAND: (
         "{name} has released a live album.",
         "{name} has won a Grammy Award.",
         "{name} once split up and later reunited.",
@@ -87,9 +76,9 @@ UNSTATED_CLAIMS = {
 }
 # Relations a page may lack: claiming one it lacks is NOT ENOUGH INFO too (harder to spot).
 OPTIONAL_RELATION_CLAIMS = {
-    PERSON: ("alma_mater", ORGANISATION, "{name} studied at {value}."),
-    FILM: ("star", PERSON, "{name} stars {value}."),
-    BAND: ("record_label", ORGANISATION, "{name} released its debut album through {value}."),
+    layout.PERSON: ("alma_mater", layout.ORGANISATION, "{name} studied at {value}."),
+    layout.FILM: ("star", layout.PERSON, "{name} stars {value}."),
+    layout.BAND: ("record_label", layout.ORGANISATION, "{name} released its debut album through {value}."),
 }
 
 SUPPORTS, REFUTES, NOT_ENOUGH_INFO = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
@@ -99,8 +88,8 @@ def _changed_value(pages: _Pages, rng: random.Random, p: Page, fact: str, true_v
     """A value for `fact` that differs from the true one on the surface: a real city, a near year..."""
     for _ in range(20):
         if fact in p.relations:
-            target_kind = kind_of(p.relations[fact])
-            other = _global_index(target_kind, rng.randrange(pages.layout.counts[target_kind]))
+            target_kind = layout.kind_of(p.relations[fact])
+            other = layout._global_index(target_kind, rng.randrange(pages.layout.counts[target_kind]))
             value = _name(pages.layout, other).base
         elif fact.endswith("year"):
             value = str(int(true_value) + rng.choice((-1, 1)) * rng.randrange(1, 15))
@@ -111,17 +100,17 @@ def _changed_value(pages: _Pages, rng: random.Random, p: Page, fact: str, true_v
         elif fact == "occupation":
             value = rng.choice(OCCUPATIONS)
         else:  # genre
-            value = rng.choice(FILM_GENRES if p.kind == FILM else BAND_GENRES)
+            value = rng.choice(FILM_GENRES if p.kind == layout.FILM else BAND_GENRES)
         if value != true_value:
             return value
     return None
 
 
-def make_claims(spec: WorldSpec, n: int, seed: int = 0) -> list[dict]:
+def make_claims(spec: layout.WorldSpec, n: int, seed: int = 0) -> list[dict]:
     """n FEVER claims (labels in equal thirds) about the world's pages, in FEVER's JSON-lines format."""
     if n < 0:
         raise ValueError("n must be >= 0")
-    rng = random.Random(_mix64(spec.seed, _SALT_CLAIMS, seed))
+    rng = random.Random(layout._mix64(spec.seed, layout._SALT_CLAIMS, seed))
     pages = _Pages(spec)
     by_kind: dict[str, list[_ClaimTemplate]] = {}
     for t in CLAIM_TEMPLATES:
@@ -141,12 +130,12 @@ def make_claims(spec: WorldSpec, n: int, seed: int = 0) -> list[dict]:
                 optional = OPTIONAL_RELATION_CLAIMS.get(p.kind)
                 if optional and optional[0] not in p.relations and rng.random() < 0.4:
                     target_kind = optional[1]
-                    if target_kind == ORGANISATION and optional[0] == "alma_mater":
+                    if target_kind == layout.ORGANISATION and optional[0] == "alma_mater":
                         target = pages.layout.universities.page_index(rng.randrange(pages.layout.universities.count))
-                    elif target_kind == ORGANISATION:
+                    elif target_kind == layout.ORGANISATION:
                         target = pages.layout.companies.page_index(rng.randrange(pages.layout.companies.count))
                     else:
-                        target = _global_index(target_kind, rng.randrange(pages.layout.counts[target_kind]))
+                        target = layout._global_index(target_kind, rng.randrange(pages.layout.counts[target_kind]))
                     text = optional[2].format(
                         name=_in_prose(name, True), value=_in_prose(_name(pages.layout, target).base)
                     )

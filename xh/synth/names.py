@@ -14,25 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from xh.synth import words
 from xh.synth.layout import _SALT_COUNTRY, WorldSpec, _Layout, _layout, _NamePool, _pool_of, _unit
-from xh.synth.words import (
-    ADJECTIVES,
-    BAND_NOUNS,
-    BAND_YEARS,
-    BIRTH_YEARS,
-    CITY_ENDINGS,
-    CITY_ONSETS,
-    CITY_PATTERNS,
-    COMPANY_SUFFIXES,
-    COUNTRIES,
-    FILM_NOUNS,
-    FILM_YEARS,
-    FIRST_NAMES,
-    OCCUPATIONS,
-    ORG_FOUNDING_YEARS,
-    SURNAMES,
-    UNIVERSITY_PATTERNS,
-)
 
 
 class Name(NamedTuple):
@@ -51,24 +34,24 @@ def _forced_year(years: tuple[int, int], base: int, k: int) -> int:
 
 
 def _city_stem(stem: int) -> str:
-    return CITY_ONSETS[stem % len(CITY_ONSETS)] + CITY_ENDINGS[stem // len(CITY_ONSETS)]
+    return words.CITY_ONSETS[stem % len(words.CITY_ONSETS)] + words.CITY_ENDINGS[stem // len(words.CITY_ONSETS)]
 
 
 def _borrowed_stem(k: int) -> str:
     # spread the borrowed stems over the whole stem list
-    return _city_stem(k * 8 % (len(CITY_ONSETS) * len(CITY_ENDINGS)))
+    return _city_stem(k * 8 % (len(words.CITY_ONSETS) * len(words.CITY_ENDINGS)))
 
 
 def _city_base(base: int) -> str:
-    pattern, stem = base % len(CITY_PATTERNS), base // len(CITY_PATTERNS)
-    return CITY_PATTERNS[pattern].format(_city_stem(stem))
+    pattern, stem = base % len(words.CITY_PATTERNS), base // len(words.CITY_PATTERNS)
+    return words.CITY_PATTERNS[pattern].format(_city_stem(stem))
 
 
 def _phrase(base: int, nouns: tuple[str, ...], film: bool) -> str:
     noun, qualifier = nouns[base % len(nouns)], base // len(nouns)
-    if qualifier < len(ADJECTIVES):
-        return f"The {ADJECTIVES[qualifier]} {noun}"
-    stem = _borrowed_stem(qualifier - len(ADJECTIVES))
+    if qualifier < len(words.ADJECTIVES):
+        return f"The {words.ADJECTIVES[qualifier]} {noun}"
+    stem = _borrowed_stem(qualifier - len(words.ADJECTIVES))
     return f"The {noun} of {stem}" if film else f"{stem} {noun}"
 
 
@@ -87,59 +70,59 @@ def _name_in_pool(layout: _Layout, pool: _NamePool, m: int) -> Name:
     style = pool.style
     shared = pool.holders(base) > 1
     if style == "person":
-        first, last = FIRST_NAMES[base % len(FIRST_NAMES)], SURNAMES[base // len(FIRST_NAMES)]
+        first, last = words.FIRST_NAMES[base % len(words.FIRST_NAMES)], words.SURNAMES[base // len(words.FIRST_NAMES)]
         text = f"{first} {last}"
         if round_ == 0:
             return Name(text, text, last, None, shared)
         if round_ % 2:
-            occupation = (base + round_ // 2) % len(OCCUPATIONS)
-            return Name(f"{text} ({OCCUPATIONS[occupation]})", text, last, ("occupation", occupation), shared)
-        year = _forced_year(BIRTH_YEARS, base, round_ // 2 - 1)
+            occupation = (base + round_ // 2) % len(words.OCCUPATIONS)
+            return Name(f"{text} ({words.OCCUPATIONS[occupation]})", text, last, ("occupation", occupation), shared)
+        year = _forced_year(words.BIRTH_YEARS, base, round_ // 2 - 1)
         return Name(f"{text} (born {year})", text, last, ("birth_year", year), shared)
     if style == "city":
         text = _city_base(base)
         if round_ == 0:
             t = pool.scatter.backward(base)  # round-0 cities are numbered by their slot
             return Name(text, text, text, None, shared or _city_namesakes(layout, t) > 0)
-        country = (base + round_ - 1) % len(COUNTRIES)
-        return Name(f"{text}, {COUNTRIES[country][0]}", text, text, ("country", country), True)
+        country = (base + round_ - 1) % len(words.COUNTRIES)
+        return Name(f"{text}, {words.COUNTRIES[country][0]}", text, text, ("country", country), True)
     if style in ("city_film", "city_band"):
         text = _city_base(_named_city_base(layout, base))
         label = "film" if style == "city_film" else "band"
         if round_ == 0:
             return Name(f"{text} ({label})", text, text, None, True)
-        years = FILM_YEARS if label == "film" else BAND_YEARS
+        years = words.FILM_YEARS if label == "film" else words.BAND_YEARS
         year = _forced_year(years, base, round_ - 1)
         attr = "release_year" if label == "film" else "formation_year"
         return Name(f"{text} ({year} {label})", text, text, (attr, year), True)
     if style in ("phrase_film", "phrase_band"):
         film = style == "phrase_film"
-        text = _phrase(base, FILM_NOUNS if film else BAND_NOUNS, film)
+        text = _phrase(base, words.FILM_NOUNS if film else words.BAND_NOUNS, film)
         label = "film" if film else "band"
         if round_ == 0:
             return Name(text, text, text, None, shared)
         if round_ == 1:
             return Name(f"{text} ({label})", text, text, None, shared)
-        years = FILM_YEARS if film else BAND_YEARS
+        years = words.FILM_YEARS if film else words.BAND_YEARS
         year = _forced_year(years, base, round_ - 2)
         attr = "release_year" if film else "formation_year"
         return Name(f"{text} ({year} {label})", text, text, (attr, year), shared)
     if style == "university":
-        pattern, t = base % len(UNIVERSITY_PATTERNS), base // len(UNIVERSITY_PATTERNS)
-        text = UNIVERSITY_PATTERNS[pattern].format(_city_base(_named_city_base(layout, t)))
+        pattern, t = base % len(words.UNIVERSITY_PATTERNS), base // len(words.UNIVERSITY_PATTERNS)
+        text = words.UNIVERSITY_PATTERNS[pattern].format(_city_base(_named_city_base(layout, t)))
         if round_ == 0:
             return Name(text, text, text, None, shared)
-        year = _forced_year(ORG_FOUNDING_YEARS, base, round_ - 1)
+        year = _forced_year(words.ORG_FOUNDING_YEARS, base, round_ - 1)
         return Name(f"{text} (founded {year})", text, text, ("founding_year", year), shared)
     # company
-    suffix, stem = base % len(COMPANY_SUFFIXES), base // len(COMPANY_SUFFIXES)
-    stem_text = SURNAMES[stem] if stem < len(SURNAMES) else _city_stem(stem - len(SURNAMES))
-    text = f"{stem_text} {COMPANY_SUFFIXES[suffix][0]}"  # short form: the stem ("Quinn")
+    suffix, stem = base % len(words.COMPANY_SUFFIXES), base // len(words.COMPANY_SUFFIXES)
+    stem_text = words.SURNAMES[stem] if stem < len(words.SURNAMES) else _city_stem(stem - len(words.SURNAMES))
+    text = f"{stem_text} {words.COMPANY_SUFFIXES[suffix][0]}"  # short form: the stem ("Quinn")
     if round_ == 0:
         return Name(text, text, stem_text, None, shared)
     if round_ == 1:
         return Name(f"{text} (company)", text, stem_text, None, shared)
-    year = _forced_year(ORG_FOUNDING_YEARS, base, round_ - 2)
+    year = _forced_year(words.ORG_FOUNDING_YEARS, base, round_ - 2)
     return Name(f"{text} (founded {year})", text, stem_text, ("founding_year", year), shared)
 
 
@@ -168,9 +151,9 @@ def _city_country(spec: WorldSpec, layout: _Layout, city_local: int) -> int:
     """Country of a city: cheap (a hash), so people born there can take its nationality."""
     base, round_ = layout.cities.slot(city_local)
     if round_:
-        return (base + round_ - 1) % len(COUNTRIES)  # as its title says
+        return (base + round_ - 1) % len(words.COUNTRIES)  # as its title says
     # some countries have many more cities than others
-    return int(len(COUNTRIES) * _unit(spec.seed, _SALT_COUNTRY, city_local) ** 1.7)
+    return int(len(words.COUNTRIES) * _unit(spec.seed, _SALT_COUNTRY, city_local) ** 1.7)
 
 
 # How questions and claims name a page in their own text.
