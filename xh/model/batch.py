@@ -63,11 +63,16 @@ class GraphBatch:
     def num_real_tokens(self) -> int:
         return int(self.attention_mask.sum())
 
+    @property
+    def encoder_shape(self) -> tuple[int, int]:
+        """[rows, tokens] the encoder computes: here one row per node (`xh.model.packing` packs several)."""
+        return tuple(self.input_ids.shape)
+
     def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
-        return GraphBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return type(self)(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
     def pin_memory(self) -> GraphBatch:
-        return GraphBatch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
+        return type(self)(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
 
 
 def _check(graph: EncodedGraph) -> None:

@@ -43,6 +43,7 @@ attention with `q_i · (k_j + r_label(ij))`; `hub_relation_labels` derives the l
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Iterable
@@ -53,7 +54,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from xh.model.hop import HopGraph
+from xh.model.hop import HopGraph, fusion_layer
 from xh.model.scatter import segment_softmax, segment_sum
 
 EDGE_TYPES = ("hyperlink", "reverse_hyperlink", "co_retrieved", "comparison", "self")
@@ -115,18 +116,16 @@ class TypedHopGraph(HopGraph):
         edge_type: torch.Tensor,
         num_nodes: int,
         isolated_nodes: Literal["self_loop", "zero"] = "self_loop",
+        graph_offsets: torch.Tensor | None = None,
     ) -> TypedHopGraph:
         """edges [2, E] (src, dst) and their types [E]; a node without in-edges gets a `self` loop when asked to."""
         if edge_type.shape != edges[0].shape:
             raise ValueError(f"edge_type has shape {tuple(edge_type.shape)}, edges has {edges.shape[1]} edges")
-        src, dst, types = edges[0].long(), edges[1].long(), edge_type.long()
-        if isolated_nodes == "self_loop":  # as HopGraph.build, the loops typed `self`
-            lonely = torch.nonzero(torch.bincount(dst, minlength=num_nodes) == 0).flatten()
-            src, dst = torch.cat([src, lonely]), torch.cat([dst, lonely])
-            types = torch.cat([types, torch.full_like(lonely, EDGE_TYPES.index("self"))])
-        elif isolated_nodes != "zero":
-            raise ValueError(f"isolated_nodes must be 'self_loop' or 'zero', not {isolated_nodes!r}")
-        return cls(src=src, dst=dst, num_nodes=num_nodes, edge_type=types)
+        graph = HopGraph.build(edges, num_nodes, isolated_nodes, graph_offsets)
+        loops = graph.src.numel() - edge_type.numel()  # HopGraph.build appends the self-loops last
+        self_type = torch.full((loops,), EDGE_TYPES.index("self"), dtype=torch.long, device=edge_type.device)
+        fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(HopGraph)}
+        return cls(**fields, edge_type=torch.cat([edge_type.long(), self_type]))
 
 
 class TypedHopAttention(nn.Module):
@@ -176,15 +175,7 @@ class GESAHopStep(nn.Module):
         for proj in (self.attention.query, self.attention.key, self.attention.value):
             nn.init.normal_(proj.weight, std=initializer_range)  # BERT's; copy_pretrained may replace them
             nn.init.zeros_(proj.bias)
-        # XH Eq. 8, initialised as HopStep does: [I, 0] plus noise keeps the pretrained hub at step 0.
-        self.fusion = nn.Linear(2 * hidden_size, hidden_size)
-        with torch.no_grad():
-            nn.init.normal_(self.fusion.weight, std=initializer_range)
-            nn.init.zeros_(self.fusion.bias)
-            if fusion_init == "identity":
-                self.fusion.weight[:, :hidden_size] += torch.eye(hidden_size)
-            elif fusion_init != "random":
-                raise ValueError(f"fusion_init must be 'identity' or 'random', not {fusion_init!r}")
+        self.fusion = fusion_layer(hidden_size, fusion_init, initializer_range)  # XH Eq. 8, as HopStep
 
     @torch.no_grad()
     def copy_pretrained(

@@ -4,7 +4,8 @@ Every node of an evidence graph is one sequence; after each of the encoder's las
 (position 0) of each node attends to the hubs of its in-neighbours, and the hub is replaced by a
 fusion of what it had and what it gathered. All other tokens keep the layer's output (Eq. 9).
 
-    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop")   # edges [2, E] (src, dst)
+    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop",    # edges [2, E] (src, dst)
+                           graph_offsets=batch.graph_offsets)                 # graph g: nodes offsets[g]:offsets[g+1]
     step = HopStep(hidden_size=384, heads=12, variant="paper")
     hidden = step(hidden, graph)                                              # [N, L, H] -> [N, L, H]
 
@@ -28,8 +29,21 @@ A node without in-neighbours: `isolated_nodes="self_loop"` gives it one edge to 
 vector is then its own value, as the release's DGL graph kept a node's own features), `"zero"`
 gives it ĥ = 0. Nodes that have in-neighbours never get a self-loop added.
 
-Many graphs share one batch: edges are batch-global node indices and the softmax runs per
-destination node, so no attention crosses graphs. Pure torch (index_add_ / scatter_reduce).
+Dense blocks. Graphs are small (a HotpotQA graph has about 10 nodes), so each graph's hubs are laid
+out as one block of a [G, B, H] tensor (B = nodes of the largest graph in the batch; empty slots
+are zeros), and attention is two batched matmuls around a softmax masked by the adjacency [G, B, B],
+however many edges, where the per-edge form gathered, scattered and took a maximum per destination:
+three hop layers of a 4-graph batch dispatch 150 operators in forward and backward under bf16
+autocast, against 279 per edge (`tests/unit/test_hop_dense.py` keeps that form as the reference the
+dense one must equal). The hop step runs outside autocast, in float32. No attention crosses graphs
+(a graph's block sees only itself; edges must not cross graphs, which `collate` guarantees); without
+`graph_offsets` all nodes form one block, which is exact too, only larger. The weights are also
+returned per edge, in the order of `graph.src`/`graph.dst` (self-loops last), for the analysis of
+`xh.train.figures`.
+
+Where the hubs are: by default position 0 of each row of `hidden` (one node per row, as `collate`
+lays them out); `hubs` gives flat positions in the [rows x row_length] token grid instead, for rows
+that hold several nodes (`xh.model.packing`).
 """
 
 from __future__ import annotations
@@ -43,34 +57,77 @@ from typing import Literal
 import torch
 from torch import nn
 
-from xh.model.scatter import segment_softmax, segment_sum
-
 HopVariant = Literal["paper", "gat"]
 
 
 @dataclass
 class HopGraph:
-    """Edges along which hubs attend: the hub of dst[e] gathers from the hub of src[e]."""
+    """Edges along which hubs attend (the hub of dst[e] gathers from the hub of src[e]) and their dense layout."""
 
-    src: torch.Tensor  # int64 [E]
+    src: torch.Tensor  # int64 [E]; self-loops added for isolated nodes come last
     dst: torch.Tensor  # int64 [E]
     num_nodes: int
+    slot: torch.Tensor  # int64 [N]; node -> its place in the [G * B] hub blocks
+    adjacency: torch.Tensor  # bool [G, B, B]; adjacency[g, d, s]: the block's node d attends to its node s
+    edge_slot: torch.Tensor  # int64 [E]; edge e's place in adjacency.flatten()
+    hubs: torch.Tensor | None = None  # int64 [N]; flat hub positions in the token grid (None: row starts)
     # Filled by each HopStep that runs on this graph: its attention weights [E, heads], detached.
     attention: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
     def build(
-        cls, edges: torch.Tensor, num_nodes: int, isolated_nodes: Literal["self_loop", "zero"] = "self_loop"
+        cls,
+        edges: torch.Tensor,
+        num_nodes: int,
+        isolated_nodes: Literal["self_loop", "zero"] = "self_loop",
+        graph_offsets: torch.Tensor | None = None,
+        hubs: torch.Tensor | None = None,
     ) -> HopGraph:
         """edges [2, E] of (src, dst); adds a self-loop to each node without in-edges when asked to."""
         src, dst = edges[0].long(), edges[1].long()
+        device = src.device
         if isolated_nodes == "self_loop":
             in_degree = torch.bincount(dst, minlength=num_nodes)
             lonely = torch.nonzero(in_degree == 0).flatten()
             src, dst = torch.cat([src, lonely]), torch.cat([dst, lonely])
         elif isolated_nodes != "zero":
             raise ValueError(f"isolated_nodes must be 'self_loop' or 'zero', not {isolated_nodes!r}")
-        return cls(src=src, dst=dst, num_nodes=num_nodes)
+        if graph_offsets is None:
+            graph_offsets = torch.tensor([0, num_nodes], device=device)
+        sizes = graph_offsets.diff()
+        block = max(1, int(sizes.max()))
+        node_graph = torch.repeat_interleave(torch.arange(len(sizes), device=device), sizes, output_size=num_nodes)
+        slot = node_graph * block + torch.arange(num_nodes, device=device) - graph_offsets[node_graph]
+        edge_slot = slot[dst] * block + slot[src] % block  # (graph, local dst, local src)
+        adjacency = torch.zeros(len(sizes) * block * block, dtype=torch.bool, device=device)
+        adjacency = adjacency.index_fill_(0, edge_slot, True).view(len(sizes), block, block)
+        return cls(src, dst, num_nodes, slot, adjacency, edge_slot, hubs)
+
+    @property
+    def block_size(self) -> int:
+        return self.adjacency.shape[-1]
+
+    def to_blocks(self, nodes: torch.Tensor) -> torch.Tensor:
+        """[N, ...] -> [G, B, ...], zeros in the slots no node fills."""
+        blocks = nodes.new_zeros(self.adjacency.numel() // self.block_size, *nodes.shape[1:])
+        return blocks.index_copy(0, self.slot, nodes).view(-1, self.block_size, *nodes.shape[1:])
+
+    def from_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
+        """[G, B, ...] -> [N, ...]."""
+        return blocks.flatten(0, 1).index_select(0, self.slot)
+
+    def edge_weights(self, weights: torch.Tensor) -> torch.Tensor:
+        """Dense weights [G, heads, B(dst), B(src)] -> [E, heads], in the order of src/dst."""
+        return weights.permute(0, 2, 3, 1).flatten(0, 2).index_select(0, self.edge_slot)
+
+
+def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension among `allowed` entries; a row with none allowed gets all zeros.
+
+    Masked scores are the dtype's lowest finite value rather than -inf, so an empty row is a finite
+    uniform softmax that the final multiplication zeroes (-inf would give NaN, and NaN gradients)."""
+    weights = torch.where(allowed, scores, torch.finfo(scores.dtype).min).softmax(-1)
+    return weights * allowed
 
 
 class DotProductHopAttention(nn.Module):
@@ -88,13 +145,17 @@ class DotProductHopAttention(nn.Module):
 
     def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor]:
         """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads])."""
-        n = hubs.shape[0]
-        q, k, v = (proj(hubs).view(n, self.heads, self.head_size) for proj in (self.query, self.key, self.value))
-        # Scores and weights in float32: the segment sums are short but bf16 would round the weights coarsely.
-        scores = (q[graph.dst].float() * k[graph.src].float()).sum(-1) / math.sqrt(self.head_size)
-        weights = segment_softmax(scores, graph.dst, n)
-        gathered = segment_sum(self.dropout(weights).unsqueeze(-1) * v[graph.src].float(), graph.dst, n)
-        return gathered.reshape(n, -1).to(hubs.dtype), weights
+        blocks = graph.to_blocks(hubs)  # [G, B, H]
+        g, b, _ = blocks.shape
+        q, k, v = (self._split_heads(proj(blocks)) for proj in (self.query, self.key, self.value))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [G, heads, B(dst), B(src)]
+        weights = masked_softmax(scores, graph.adjacency.unsqueeze(1))
+        gathered = self.dropout(weights) @ v  # [G, heads, B, d]
+        return graph.from_blocks(gathered.transpose(1, 2).reshape(g, b, -1)), graph.edge_weights(weights)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[G, B, H] -> [G, heads, B, d]."""
+        return x.view(*x.shape[:2], self.heads, self.head_size).transpose(1, 2)
 
 
 class GATHopAttention(nn.Module):
@@ -115,15 +176,31 @@ class GATHopAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor]:
-        n = hubs.shape[0]
-        per_head = hubs.view(n, self.heads, self.head_size)
-        features = self.fc(per_head)  # [N, heads, d]
-        score_src = (features * self.attn_src).sum(-1).float()
-        score_dst = (features * self.attn_dst).sum(-1).float()
-        weights = segment_softmax(self.leaky_relu(score_src[graph.src] + score_dst[graph.dst]), graph.dst, n)
-        gathered = segment_sum(self.dropout(weights).unsqueeze(-1) * features[graph.src].float(), graph.dst, n)
-        out = torch.relu(gathered.to(hubs.dtype) + self.res_fc(per_head).to(hubs.dtype))
-        return out.reshape(n, -1), weights
+        blocks = graph.to_blocks(hubs)
+        g, b, _ = blocks.shape
+        per_head = blocks.view(g, b, self.heads, self.head_size)
+        features = self.fc(per_head)  # [G, B, heads, d]
+        score_src = (features * self.attn_src).sum(-1).transpose(1, 2)  # [G, heads, B]
+        score_dst = (features * self.attn_dst).sum(-1).transpose(1, 2)
+        scores = self.leaky_relu(score_dst.unsqueeze(-1) + score_src.unsqueeze(-2))
+        weights = masked_softmax(scores, graph.adjacency.unsqueeze(1))  # [G, heads, B(dst), B(src)]
+        gathered = self.dropout(weights) @ features.transpose(1, 2)  # [G, heads, B, d]
+        out = torch.relu(gathered.transpose(1, 2) + self.res_fc(per_head))
+        return graph.from_blocks(out.reshape(g, b, -1)), graph.edge_weights(weights)
+
+
+def fusion_layer(hidden_size: int, fusion_init: str, initializer_range: float) -> nn.Linear:
+    """Eq. 8's hub <- Linear([h ; ĥ]); "identity" starts it at [I, 0] plus noise, so step 0 keeps the
+    pretrained hub, "random" is the release's plain N(0, initializer_range)."""
+    fusion = nn.Linear(2 * hidden_size, hidden_size)
+    with torch.no_grad():
+        nn.init.normal_(fusion.weight, std=initializer_range)
+        nn.init.zeros_(fusion.bias)
+        if fusion_init == "identity":
+            fusion.weight[:, :hidden_size] += torch.eye(hidden_size)
+        elif fusion_init != "random":
+            raise ValueError(f"fusion_init must be 'identity' or 'random', not {fusion_init!r}")
+    return fusion
 
 
 class HopStep(nn.Module):
@@ -148,22 +225,22 @@ class HopStep(nn.Module):
             self.attention = GATHopAttention(hidden_size, heads, dropout)
         else:
             raise ValueError(f"hop variant must be 'paper' or 'gat', not {variant!r}")
-        self.fusion = nn.Linear(2 * hidden_size, hidden_size)
-        with torch.no_grad():
-            nn.init.normal_(self.fusion.weight, std=initializer_range)
-            nn.init.zeros_(self.fusion.bias)
-            if fusion_init == "identity":
-                self.fusion.weight[:, :hidden_size] += torch.eye(hidden_size)
-            elif fusion_init != "random":
-                raise ValueError(f"fusion_init must be 'identity' or 'random', not {fusion_init!r}")
+        self.fusion = fusion_layer(hidden_size, fusion_init, initializer_range)
 
     def forward(self, hidden_states: torch.Tensor, graph: HopGraph) -> torch.Tensor:
-        """[N, L, H] -> [N, L, H] with a new hub at position 0 and every other token unchanged."""
-        hub = hidden_states[:, 0]
-        gathered, weights = self.attention(hub, graph)
+        """[R, L, H] -> [R, L, H] with a new hub at each node's hub position and every other token unchanged."""
+        rows, length, size = hidden_states.shape
+        tokens = hidden_states.reshape(rows * length, size)
+        hubs = graph.hubs if graph.hubs is not None else torch.arange(rows, device=tokens.device) * length
+        # Outside autocast, in the parameters' dtype (float32 in mixed-precision training): the matrices are
+        # tiny, casts to bf16 and back around each product would cost more kernels than the products, and
+        # bf16 would round the attention weights coarsely.
+        with torch.autocast(hidden_states.device.type, enabled=False):
+            hub = tokens.index_select(0, hubs).to(self.fusion.weight.dtype)
+            gathered, weights = self.attention(hub, graph)
+            new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
         graph.attention.append(weights.detach())
-        new_hub = self.fusion(torch.cat([hub, gathered], dim=-1)).to(hidden_states.dtype)
-        return torch.cat([new_hub.unsqueeze(1), hidden_states[:, 1:]], dim=1)
+        return tokens.index_copy(0, hubs, new_hub.to(tokens.dtype)).view_as(hidden_states)
 
 
 def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:

@@ -1,0 +1,111 @@
+"""Batches made ahead of the step: `Prefetcher` (a background thread) and `GraphEncoder` (worker processes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from xh.graph.encode import GraphEncoder, encode_graph
+from xh.train.prefetch import Prefetcher
+
+
+def slow_items(count: int, seconds: float):
+    for k in range(count):
+        time.sleep(seconds)
+        yield k
+
+
+def test_items_arrive_in_order_and_the_wait_is_measured():
+    with Prefetcher(slow_items(5, 0.02), depth=2) as items:
+        assert list(items) == [0, 1, 2, 3, 4]
+        assert items.count == 5
+        assert 0.05 < items.wait_seconds < 1.0  # nothing else to do here: the consumer waited for each item
+    assert list(items) == []  # exhausted stays exhausted
+
+
+def test_work_done_while_the_consumer_is_busy_is_not_waited_for():
+    with Prefetcher(slow_items(4, 0.02), depth=4) as items:
+        time.sleep(0.3)  # a long "step": everything is made meanwhile
+        assert list(items) == [0, 1, 2, 3]
+        assert items.wait_seconds < 0.02
+
+
+def test_an_error_in_the_chain_reaches_the_consumer_at_its_item():
+    def failing():
+        yield 1
+        raise ValueError("graph 'q7' has no nodes")
+
+    items = Prefetcher(failing())
+    assert next(items) == 1
+    with pytest.raises(ValueError, match="graph 'q7' has no nodes"):
+        next(items)
+    items.close()
+
+
+def test_closing_early_stops_the_thread():
+    before = threading.active_count()
+    items = Prefetcher(slow_items(1000, 0.001), depth=2)
+    next(items)
+    items.close()
+    assert threading.active_count() == before
+
+
+def row(qid: str, words: int) -> dict:
+    node = {
+        "doc_id": "d",
+        "title": "T",
+        "sentences": ["word " * words + "end."],
+        "anchors": [],
+        "source": "ir",
+        "score": 1.0,
+        "line": -1,
+        "answer_spans": None,
+        "supporting_sentences": None,
+        "is_evidence": None,
+    }
+    return {
+        "qid": qid,
+        "task": "hotpot",
+        "question": "which word?",
+        "question_type": "bridge",
+        "answer": None,
+        "answer_type": None,
+        "claim_label": None,
+        "supporting_facts": None,
+        "nodes": [node, node],
+        "edges": [{"src": 0, "dst": 1}],
+        "edge_mode": "hyperlink",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [0, 2])
+def test_the_graph_encoder_gives_encode_graphs_output_chunk_by_chunk(minilm_path, processes):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    chunks = [[row(f"q{c}{k}", 5 + 7 * c + k) for k in range(3)] for c in range(4)]
+    with GraphEncoder(tokenizer, max_node_tokens=32, processes=processes) as encoder:
+        encoded = list(encoder.map(iter(chunks)))
+    assert [[g.qid for g in graphs] for graphs in encoded] == [[r["qid"] for r in rows] for rows in chunks]
+    for rows, graphs in zip(chunks, encoded):
+        for r, g in zip(rows, graphs):
+            expected = encode_graph(r, tokenizer, 32)
+            assert all(np.array_equal(a, b) for a, b in zip(g.input_ids, expected.input_ids))
+
+
+@pytest.mark.gpu
+def test_batches_come_pinned_and_copy_to_the_gpu_asynchronously():
+    from tests.unit.test_packing import graphs
+    from xh.model.packing import pack
+
+    with Prefetcher((pack(graphs(seed), row_tokens=128) for seed in range(3)), pin_memory=True) as batches:
+        for batch in batches:
+            assert batch.row_input_ids.is_pinned() and batch.token_index.is_pinned()
+            on_gpu = batch.to("cuda", non_blocking=True)
+            torch.cuda.synchronize()
+            assert torch.equal(on_gpu.row_input_ids.cpu(), batch.row_input_ids)

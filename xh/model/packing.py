@@ -1,0 +1,208 @@
+"""Token packing: the nodes of a batch laid end to end in rows of one fixed length, so that the encoder
+computes few padding tokens and sees few distinct shapes.
+
+    batch = pack(graphs, row_tokens=512, row_multiple=4)    # PackedBatch: collate(graphs) plus the row layout
+    inputs = encoder_inputs(batch, backbone)                # what the backbone is called with: [R, T] rows
+    hidden = node_states(batch, backbone(**inputs).last_hidden_state)   # [N, L, H], laid out as collate's
+    graph = HopGraph.build(batch.edges, batch.num_nodes, graph_offsets=batch.graph_offsets,
+                           hubs=hub_positions(batch))       # where each node's hub sits among the rows
+
+    for graphs in fill_rows(graph_stream, rows=32, row_tokens=512):   # whole graphs, up to 32 rows each
+        batch = pack(graphs, row_tokens=512, rows=32)                 # every batch [32, 512] (the last may be too)
+
+Why. `collate` pads every node to the batch's longest node: on real HotpotQA distractor graphs (node
+lengths 26..512 tokens, median 135, at most 512 per node) only 34-42% of the computed tokens are real,
+and batches come in many shapes (91 in an epoch of 500 graphs; a GPU pays for each new one). Here
+the nodes are placed into rows of `row_tokens` tokens by first-fit decreasing; a row holds as many
+nodes as fit, and the number of rows is rounded up to a multiple of `row_multiple` (or fixed with
+`rows`), so the encoder sees [R, T] shapes from a small set whatever the node lengths.
+
+Exactness. Each node keeps its own position ids (0, 1, ... from its hub), its token types, and a
+block-diagonal attention mask lets a token attend only to tokens of its own node, so every node's
+states are those the unpacked batch computes, up to float summation order (masked keys weigh exactly
+0). The padding at the end of a row attends only to itself (a row of queries with no key allowed
+would give NaN, which would then leak through the masked products). Graphs stay whole in a batch and
+hop attention runs over hubs picked from the rows by position (`hub_positions`), so it is unchanged.
+
+The mask is built on the device from the small [R, T] segment ids: boolean for `sdpa`, additive for
+`eager` (the two attention functions transformers' BERT-family encoders use); absolute position
+embeddings offset as RoBERTa's (padding_idx + 1) are handled. `flash_attention_2` takes no mask: refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from torch import nn
+
+from xh.graph.encoded import EncodedGraph
+from xh.model.batch import GraphBatch, collate
+
+
+@dataclass
+class PackedBatch(GraphBatch):
+    """A `GraphBatch` (node-major tensors for the heads and losses) plus the rows the encoder reads."""
+
+    # Per row (R rows of T tokens):
+    row_input_ids: torch.Tensor  # int64 [R, T]; padding = 0
+    row_token_type_ids: torch.Tensor  # int64 [R, T]
+    row_position_ids: torch.Tensor  # int64 [R, T]; each node counts from 0 at its hub
+    row_segments: torch.Tensor  # int64 [R, T]; the node of a token, -1 - r on row r's padding
+    # Per node: where its tokens sit in the flattened rows [R * T]:
+    token_index: torch.Tensor  # int64 [N, L]; 0 beyond the node's length
+
+    @property
+    def encoder_shape(self) -> tuple[int, int]:
+        return tuple(self.row_input_ids.shape)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Bins of item indices: longest item first, each into the first bin with room (ties keep input order)."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for item in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        size = lengths[item]
+        if size > capacity:
+            raise ValueError(f"an item of {size} does not fit a bin of {capacity}")
+        for b, free in enumerate(room):
+            if size <= free:
+                bins[b].append(item)
+                room[b] -= size
+                break
+        else:
+            bins.append([item])
+            room.append(capacity - size)
+    return bins
+
+
+def pack(
+    graphs: Sequence[EncodedGraph], row_tokens: int, row_multiple: int = 1, rows: int | None = None
+) -> PackedBatch:
+    """`collate(graphs)` plus the nodes packed into rows of `row_tokens` tokens (see the module docstring).
+
+    Rows: as many as first-fit decreasing needs, rounded up to a multiple of `row_multiple`; with `rows`,
+    exactly that many when the nodes fit (`fill_rows` chooses graphs that do; only a graph too large
+    for `rows` on its own gets more, and a shape of its own)."""
+    batch = collate(graphs)
+    lengths = [len(ids) for g in graphs for ids in g.input_ids]
+    if max(lengths) > row_tokens:
+        raise ValueError(f"a node of {max(lengths)} tokens does not fit rows of row_tokens={row_tokens}")
+    placement = first_fit_decreasing(lengths, row_tokens)
+    num_rows = round_up(len(placement), row_multiple)
+    if rows is not None and len(placement) <= rows:
+        num_rows = rows
+
+    nodes = [(g, i) for g in graphs for i in range(g.num_nodes)]
+    input_ids = np.zeros((num_rows, row_tokens), np.int64)
+    token_types = np.zeros((num_rows, row_tokens), np.int64)
+    positions = np.zeros((num_rows, row_tokens), np.int64)
+    segments = np.repeat(-1 - np.arange(num_rows, dtype=np.int64)[:, None], row_tokens, axis=1)
+    token_index = np.zeros(tuple(batch.input_ids.shape), np.int64)
+    for r, row_nodes in enumerate(placement):
+        start = 0
+        for n in row_nodes:
+            g, i = nodes[n]
+            end = start + lengths[n]
+            input_ids[r, start:end] = g.input_ids[i]
+            token_types[r, start:end] = g.token_type_ids[i]
+            positions[r, start:end] = np.arange(lengths[n])
+            segments[r, start:end] = n
+            token_index[n, : lengths[n]] = r * row_tokens + np.arange(start, end)
+            start = end
+    return PackedBatch(
+        **{f.name: getattr(batch, f.name) for f in fields(batch)},
+        row_input_ids=torch.from_numpy(input_ids),
+        row_token_type_ids=torch.from_numpy(token_types),
+        row_position_ids=torch.from_numpy(positions),
+        row_segments=torch.from_numpy(segments),
+        token_index=torch.from_numpy(token_index),
+    )
+
+
+def fill_rows(
+    graphs: Iterable[EncodedGraph], rows: int, row_tokens: int, lookahead: int = 4
+) -> Iterator[list[EncodedGraph]]:
+    """Group a stream of graphs into batches whose nodes fit `rows` rows of `row_tokens` (first-fit decreasing).
+
+    Graphs stay whole and keep their stream order, except that when the next graph does not fit, up to
+    `lookahead` later ones are tried before the batch is closed (the skipped ones lead the next batch).
+    A graph too large for `rows` rows on its own gets a batch of its own (`pack` then needs more rows).
+    """
+    batch: list[EncodedGraph] = []
+    lengths: list[int] = []
+    waiting: list[EncodedGraph] = []
+    stream = iter(graphs)
+    while True:
+        while len(waiting) <= lookahead:  # keep the window full while the stream lasts
+            graph = next(stream, None)
+            if graph is None:
+                break
+            waiting.append(graph)
+        if not waiting:
+            break
+        for k, graph in enumerate(waiting):
+            candidate = lengths + [len(ids) for ids in graph.input_ids]
+            if not batch or len(first_fit_decreasing(candidate, row_tokens)) <= rows:
+                batch.append(waiting.pop(k))
+                lengths = candidate
+                break
+        else:  # nothing in the window fits: close the batch
+            yield batch
+            batch, lengths = [], []
+    if batch:
+        yield batch
+
+
+def hub_positions(batch: GraphBatch) -> torch.Tensor:
+    """Flat positions of each node's hub in the encoder's token grid (`collate`'s: the start of each row)."""
+    if isinstance(batch, PackedBatch):
+        return batch.token_index[:, 0]
+    rows, length = batch.input_ids.shape
+    return torch.arange(rows, device=batch.input_ids.device) * length
+
+
+def encoder_inputs(
+    batch: GraphBatch, backbone: nn.Module, use_token_types: bool = True
+) -> dict[str, torch.Tensor | None]:
+    """Keyword arguments for `backbone(...)`: `collate`'s [N, L] node rows, or a packed batch's [R, T] rows."""
+    if not isinstance(batch, PackedBatch):
+        return {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask,
+            "token_type_ids": batch.token_type_ids if use_token_types else None,
+        }
+    implementation = getattr(backbone.config, "_attn_implementation", "eager")
+    segments = batch.row_segments
+    same_node = (segments.unsqueeze(-1) == segments.unsqueeze(-2)).unsqueeze(1)  # [R, 1, T(query), T(key)]
+    if implementation == "sdpa":
+        mask = same_node
+    elif implementation == "eager":
+        mask = torch.where(same_node, 0.0, torch.finfo(torch.float32).min)  # added to the scores
+    else:
+        raise ValueError(f"packed batches need attn_implementation 'sdpa' or 'eager', not {implementation!r}")
+    # RoBERTa-style embeddings number positions from padding_idx + 1; BERT's from 0.
+    padding_idx = getattr(getattr(backbone, "embeddings", None), "padding_idx", None)
+    offset = 0 if padding_idx is None else padding_idx + 1
+    return {
+        "input_ids": batch.row_input_ids,
+        "attention_mask": mask,
+        "token_type_ids": batch.row_token_type_ids if use_token_types else None,
+        "position_ids": batch.row_position_ids + offset,
+    }
+
+
+def node_states(batch: GraphBatch, hidden: torch.Tensor) -> torch.Tensor:
+    """The encoder's output as [N, L, H] node rows, as the heads read them.
+
+    Beyond a node's length the rows hold copies of some token's state: like `collate`'s padding states,
+    every head masks them out."""
+    if not isinstance(batch, PackedBatch):
+        return hidden
+    return hidden.flatten(0, 1).index_select(0, batch.token_index.flatten()).view(*batch.token_index.shape, -1)
