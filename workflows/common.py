@@ -39,6 +39,18 @@ def configure_logging(verbosity: int = 0) -> None:
         logging.getLogger(library).setLevel(logging.INFO if verbosity > 0 else logging.WARNING)
 
 
+def quiet_ray_workers() -> None:
+    """Run in every Ray worker of a stage (a `worker_process_setup_hook`): Ray's own warnings off, the
+    project's progress lines on; Ray forwards a worker's stderr to the driver and to `ray job logs`."""
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    logger = logging.getLogger("xh")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def verbose() -> bool:
     return logging.getLogger("xh").isEnabledFor(logging.DEBUG)
 
@@ -69,12 +81,14 @@ def init_ray(cfg: XHConfig) -> None:
     # in-process cluster, never one that happens to run on this machine already.
     address = cfg.ray.address or (None if in_job or os.environ.get("RAY_ADDRESS") else "local")
     local = address == "local"
+    runtime_env = s3_settings(cfg).ray_runtime_env()
+    if not verbose():
+        runtime_env["worker_process_setup_hook"] = "workflows.common.quiet_ray_workers"
     ray.init(
         address=address,
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
-        runtime_env=None if in_job else s3_settings(cfg).ray_runtime_env(),
-        log_to_driver=verbose(),
+        runtime_env=None if in_job else runtime_env,
         logging_level=logging.INFO if verbose() else logging.ERROR,
     )
 

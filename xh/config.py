@@ -249,6 +249,9 @@ class TrainConfig(Section):
         None, ge=1, description="torch threads per worker (None: leave torch's default)"
     )
     eval_every: int = Field(0, ge=0, description="evaluate and checkpoint every N steps (0: only at the end)")
+    log_every: int = Field(
+        10, ge=0, description="rank 0 logs step/total, loss, graphs/s and ETA every N steps (0: never)"
+    )
     eval_batch_graphs: int = Field(8, ge=1)
     keep_checkpoints: int = Field(2, ge=1, description="best k checkpoints kept, by the dev metric")
     metric: str = Field(

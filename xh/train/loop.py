@@ -18,6 +18,7 @@ are never logged twice.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import zlib
@@ -105,6 +106,19 @@ def _inject_failure_once(cfg: XHConfig, step: int, storage_dir: str) -> None:
     os._exit(1)  # a dead worker process, as a crashed node would leave
 
 
+def log_progress(step: int, total: int, loss: float, graphs: int, window_s: float, done_here: tuple[int, float]) -> str:
+    """One line a user reads in `ray job logs`: where training is, how fast, how long it has left.
+    `done_here`: (steps, seconds) of this process, so a resumed run's ETA is not skewed by the restart."""
+    steps, seconds = done_here
+    eta = seconds / max(steps, 1) * (total - step)
+    line = (
+        f"step {step}/{total}  loss {loss:.4f}  {graphs / max(window_s, 1e-9):.1f} graphs/s  "
+        f"ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+    )
+    logging.getLogger("xh.train").info(line)
+    return line
+
+
 def train_loop_per_worker(config: dict) -> None:
     import mlflow
     import ray.train
@@ -174,6 +188,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     model.train()
     window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
+    started, first_step = window_start, progress.step  # a resumed run's ETA counts only its own steps
     done = progress.step >= plan.total_steps
     while not done and progress.epoch < train.epochs:
         batches = train_shard.iter_batches(
@@ -213,6 +228,16 @@ def train_loop_per_worker(config: dict) -> None:
                         "tokens_per_s": window_tokens * plan.workers / seconds,
                     }
                     | {f"loss_{k}": v.item() for k, v in output.losses.items()},
+                )
+            if tracking is not None and train.log_every and progress.step % train.log_every == 0:
+                done_here = (progress.step - first_step, time.perf_counter() - started)
+                log_progress(
+                    progress.step,
+                    plan.total_steps,
+                    output.loss.item(),
+                    window_graphs * plan.workers,
+                    time.perf_counter() - window_start,
+                    done_here,
                 )
             window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
             if train.fail_at_step == progress.step and rank == 0:
