@@ -49,6 +49,7 @@ def quiet_ray_workers() -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s [%(name)s] %(message)s", "%H:%M:%S"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    logger.propagate = False  # Ray's root handler would print each line a second time
 
 
 def verbose() -> bool:
@@ -91,6 +92,12 @@ def init_ray(cfg: XHConfig) -> None:
         runtime_env=None if in_job else runtime_env,
         logging_level=logging.INFO if verbose() else logging.ERROR,
     )
+    import ray.data
+
+    # Ray Data logs each dataset's plan and, off a terminal, its progress as INFO lines by the hundred:
+    # a terminal gets its progress bars, anything else (CI, `ray job logs`) the stage lines only.
+    logging.getLogger("ray.data").setLevel(logging.INFO if verbose() else logging.WARNING)
+    ray.data.DataContext.get_current().enable_progress_bars = verbose() or sys.stderr.isatty()
 
 
 def main(
