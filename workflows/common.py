@@ -10,13 +10,14 @@ import sys
 from collections.abc import Callable, Sequence
 
 from xh.config import ConfigError, XHConfig, from_argv
-from xh.storage import S3Settings
+from xh.jsonfiles import InputFileError
+from xh.storage import S3Settings, StorageSettingsError
 
 # Set by Ray in the environment of a job's driver.
 RAY_JOB_CONFIG_JSON_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
 
-# Errors a user can fix by changing a flag or a path: one line, exit code 2, no traceback.
-USER_ERRORS = (ConfigError, FileNotFoundError)
+# Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.
+USER_ERRORS = (ConfigError, FileNotFoundError, InputFileError, StorageSettingsError)
 
 
 def log(stage: str, message: str) -> None:

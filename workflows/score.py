@@ -31,12 +31,13 @@ import pyarrow as pa
 from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
 from xh.config import XHConfig
+from xh.jsonfiles import InputFileError, read_bytes
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import parse_question_file, question_files
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.staging import Stages, count_rows, fingerprint, read_stage, replace_partition, with_quarantine, write_quarantine
-from xh.storage import join, resolve
+from xh.storage import join
 from xh.tracking import absolute_tracking, configure, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
@@ -44,11 +45,15 @@ PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
 GRAPHS = with_quarantine([*QUESTION, pa.field("graph", pa.string())])  # the GRAPHS row as JSON
 
 
-def parse_files(batch: dict) -> pa.Table:
-    """Ray Data: a batch of whole files -> their questions and quarantined records."""
+def parse_files(batch: dict, s3=None) -> pa.Table:
+    """Ray Data: a batch of file URIs -> their questions and quarantined records. The task reads the raw
+    bytes itself: Ray's readers decompress by extension and fail a whole run on a truncated .bz2."""
     rows = []
-    for path, data in zip(batch["path"], batch["bytes"]):
-        questions, quarantined = parse_question_file(str(path), bytes(data))
+    for uri in map(str, batch["uri"]):
+        try:
+            questions, quarantined = parse_question_file(uri, read_bytes(uri, s3))
+        except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
+            questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
         rows += questions + quarantined
     return pa.Table.from_pylist(rows, schema=PARSED)
 
@@ -120,9 +125,8 @@ def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
 def _parse(inputs: list[str], s3):
     import ray.data
 
-    fs, _ = resolve(inputs[0], s3)
-    files = ray.data.read_binary_files([resolve(f, s3)[1] for f in inputs], filesystem=fs, include_paths=True)
-    return files.map_batches(parse_files, batch_size=1, batch_format="numpy", num_cpus=0.25)
+    files = ray.data.from_items([{"uri": uri} for uri in inputs], override_num_blocks=len(inputs))
+    return files.map_batches(parse_files, fn_kwargs={"s3": s3}, batch_size=1, batch_format="numpy", num_cpus=0.25)
 
 
 def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):

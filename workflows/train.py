@@ -19,8 +19,8 @@ from pathlib import Path
 
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
+from xh.graph.store import require_graphs
 from xh.storage import is_s3, join, resolve
-from xh.tables import require_complete
 from xh.tracking import absolute_tracking
 from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
@@ -68,7 +68,7 @@ def fit(cfg: XHConfig) -> dict:
     cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
-        require_complete(uri, s3, "graphs", hint=" (build them with `xh graphs build`)")
+        require_graphs(uri, s3)  # complete, with every column: not found inside a Train worker
     init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()

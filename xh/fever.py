@@ -16,18 +16,20 @@ groups (several annotators picking the same sentences) are kept once; a claim wi
 Every non-blank line is a record, and each record becomes one row or one quarantine row
 (records = rows + quarantined; blank lines are neither). Quarantine reasons start with a stable
 prefix: "non-utf8 bytes", "invalid json", "invalid record", "missing id", "duplicate id",
-"missing claim", "unknown label", "bad evidence". Positions are 1-based line numbers.
+"missing claim", "unknown label", "bad evidence", "truncated bz2 stream" (the cut tail of a .bz2 file;
+the lines before it are kept). Positions are 1-based line numbers.
 """
 
 from __future__ import annotations
 
-import bz2
 import json
 from collections.abc import Iterable
 from typing import Any
 
+from xh.jsonfiles import is_utf8_text
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings, open_input
+from xh.wiki.streams import Truncated, decompressed, lines
 
 __all__ = ["LABELS", "SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "claim_rows", "read_fever_claims"]
 
@@ -41,11 +43,17 @@ class _Bad(Exception):
 
 def read_fever_claims(uri: str, s3: S3Settings | None = None) -> tuple[list[dict], list[dict]]:
     """A FEVER claims file (JSON lines, plain or bz2; local or s3://) -> (CLAIMS rows, QUARANTINE rows)."""
+    read: list[bytes] = []
     with open_input(uri, s3) as f:
-        data = f.read()
-    if data[:3] == b"BZh":
-        data = bz2.decompress(data)
-    return claim_rows(data.split(b"\n"), uri)
+        try:
+            read.extend(lines(decompressed(f)))
+        except Truncated as truncated:  # the lines before the break are kept; the break is quarantined
+            rows, quarantined = claim_rows(read, uri)
+            cut = _quarantine(
+                uri, len(read) + 1, f"truncated bz2 stream: {truncated}", truncated.partial.decode("utf-8", "replace")
+            )
+            return rows, [*quarantined, cut]
+    return claim_rows(read, uri)
 
 
 def claim_rows(lines: Iterable[str | bytes], source: str) -> tuple[list[dict], list[dict]]:
@@ -86,6 +94,8 @@ def _claim_row(line: str) -> dict:
         raise _Bad(f"invalid json: {getattr(e, 'msg', e)}") from None
     if not isinstance(record, dict):
         raise _Bad(f"invalid record: a JSON {type(record).__name__}, not an object")
+    if ("\\ud" in line or "\\uD" in line) and not is_utf8_text(record):
+        raise _Bad("non-utf8 bytes: unpaired surrogate in a string")  # JSON's escaped half pair: Parquet refuses it
     qid = record.get("id")
     if isinstance(qid, bool) or not isinstance(qid, (str, int)) or not str(qid).strip():
         raise _Bad("missing id")

@@ -2,6 +2,7 @@
 
     records = read_json("hotpot_dev_distractor_v1.json")       # one JSON document
     numbered = read_jsonl("pred.jsonl")                          # [(line number, record)]; a bad line is an error
+    if not is_utf8_text(record): ...                             # a string Arrow would refuse (not UTF-8)
     for number, record, error in json_lines(text): ...           # a bad line is yielded, not raised
 
 A file that is missing, unreadable, not UTF-8 or not valid JSON raises `InputFileError` (a
@@ -57,16 +58,31 @@ def json_lines(text: str) -> Iterator[tuple[int, Any, json.JSONDecodeError | Non
 
 def read_text(uri: str, s3=None) -> str:
     """A file's text; bz2 files (by their magic bytes) are decompressed."""
+    return decode_text(uri, read_bytes(uri, s3))
+
+
+def read_bytes(uri: str, s3=None) -> bytes:
+    """A file's raw bytes (nothing decompressed)."""
     from xh.storage import open_input  # pyarrow only when a file is read
 
     try:
         with open_input(uri, s3) as stream:
-            data = stream.read()
+            return stream.read()
     except FileNotFoundError:
         raise MissingInputFile(f"no such file: {uri}") from None
     except OSError as e:
         raise InputFileError(f"cannot read {uri}: {str(e).splitlines()[0]}") from None
-    return decode_text(uri, data)
+
+
+def is_utf8_text(record: Any) -> bool:
+    """Whether every string in a parsed record can be written as UTF-8 (what Arrow and Parquet demand):
+    false for bytes that were not UTF-8 (decoded with "surrogateescape") and for JSON's escaped half
+    surrogate pairs ("\\ud800")."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode_text(source: str, data: bytes) -> str:

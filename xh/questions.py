@@ -10,12 +10,19 @@ reads JSON lines and Parquet (`QUESTION_FILES`), one record per line or row, wit
 `id`) and `question`. Records that cannot be used are quarantined with the reason, never dropped:
 
     not JSON: ...                   a JSON-lines line (or a whole JSON file) that does not parse
+    non-utf8 bytes: ...             a JSON-lines line whose bytes are not UTF-8
+    non-utf8 text                   a record with a string that is not UTF-8 (never scored as U+FFFD)
+    truncated stream: ...           the cut tail of a .bz2 or .gz file (JSON lines: the lines before it are kept)
     unreadable Parquet file: ...    a Parquet file that does not open (one row for the file)
     invalid record: not an object   a record that is not a JSON object
-    missing id / empty question / duplicate id / invalid supporting facts: ...
+    missing id / invalid id / empty question / duplicate id
+    invalid answer / invalid type / invalid level: a number   a field of the wrong JSON type
+    invalid supporting facts: ...
 
-Positions count from 1 (the line of a JSON-lines file, the record of an array, the row of a Parquet
-file); -1 stands for the whole file. Supporting-fact titles go through the one title normalisation,
+Files may be bz2- or gzip-compressed (detected by their magic bytes, whatever their name). Positions count
+from 1 (the line of a JSON-lines file, the record of an array, the row of a Parquet file); -1 stands
+for the whole file. `read_hotpot_questions` (retrieval's one question file) treats a file that is
+not a readable JSON array as a user error instead (`InputFileError`, one line). Supporting-fact titles go through the one title normalisation,
 so they meet the `docs` table's titles.
 
 `write_context_dump` turns the union of the file's context paragraphs into the HotpotQA
@@ -26,22 +33,26 @@ processed-Wikipedia format, so the distractor setting's paragraphs become a corp
 from __future__ import annotations
 
 import bz2
+import io
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from xh.jsonfiles import json_lines, read_json
+from xh.jsonfiles import InputFileError, is_utf8_text, read_bytes, read_json
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings, list_files, open_output
+from xh.wiki.streams import Truncated, decompressed, lines
 from xh.wiki.titles import normalize_title
 
-# What batch scoring takes as question files (Ray decompresses .gz and .bz2 by extension).
+# What batch scoring takes as question files (`parse_question_file` undoes bz2 and gzip).
 QUESTION_FILES = (".jsonl", ".json", ".parquet", ".jsonl.gz", ".jsonl.bz2")
 
 
 def _quarantine(source: str, position: int, reason: str, record: Any) -> dict:
     """A QUARANTINE row; `record` is the parsed record, or the text that could not be parsed."""
     raw = record if isinstance(record, str) else json.dumps(record, default=str)
+    raw = raw.encode("utf-8", "backslashreplace").decode("utf-8")  # bytes that were not UTF-8, shown escaped
     return {"source": source, "position": position, "reason": reason, "raw": raw[:RAW_LIMIT]}
 
 
@@ -50,9 +61,16 @@ def _supporting_facts(value: Any) -> list[dict] | None:
         return None
     facts = []
     for fact in value:
-        if not (isinstance(fact, (list, tuple)) and len(fact) == 2 and isinstance(fact[1], int)):
+        if not (
+            isinstance(fact, (list, tuple))
+            and len(fact) == 2
+            and isinstance(fact[0], str)
+            and isinstance(fact[1], int)
+            and not isinstance(fact[1], bool)
+            and 0 <= fact[1] < 2**31
+        ):
             raise ValueError(f"supporting fact {fact!r} is not [title, sentence index]")
-        facts.append({"title": normalize_title(str(fact[0])), "sent": fact[1]})
+        facts.append({"title": normalize_title(fact[0]), "sent": fact[1]})
     return facts
 
 
@@ -75,10 +93,17 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
             quarantined.append(_quarantine(source, position, "invalid record: not an object", record))
             continue
         qid, question = record_id(record), record.get("question")
+        wrong = _wrong_type(record)
         if not qid:
             quarantined.append(_quarantine(source, position, "missing id", record))
+        elif isinstance(qid, bool) or not isinstance(qid, (str, int)):
+            quarantined.append(_quarantine(source, position, f"invalid id: {_json_type(qid)}", record))
+        elif not is_utf8_text(record):
+            quarantined.append(_quarantine(source, position, "non-utf8 text", record))
         elif not isinstance(question, str) or not question.strip():
             quarantined.append(_quarantine(source, position, "empty question", record))
+        elif wrong:
+            quarantined.append(_quarantine(source, position, wrong, record))
         elif str(qid) in seen:
             quarantined.append(_quarantine(source, position, "duplicate id", record))
         else:
@@ -93,7 +118,7 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
                 {
                     "qid": str(qid),
                     "question": question.strip(),
-                    "answer": None if answer is None else str(answer),
+                    "answer": None if answer is None else str(answer),  # a number's text
                     "type": record.get("type"),
                     "level": record.get("level"),
                     "supporting_facts": facts,
@@ -102,12 +127,91 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
     return rows, quarantined
 
 
+# Fields read besides the id and the question, and the JSON types each may have (null always may).
+_FIELD_TYPES = {"answer": (str, int, float), "type": (str,), "level": (str,)}
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value, with its article ("an array")."""
+    names = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+    }
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _wrong_type(record: dict) -> str | None:
+    """The quarantine reason of the first field of the wrong type, or None."""
+    for name, types in _FIELD_TYPES.items():
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            return f"invalid {name}: {_json_type(value)}"
+    return None
+
+
 def read_hotpot_questions(uri: str, s3: S3Settings | None = None) -> tuple[list[dict], list[dict]]:
-    """A HotpotQA question file (a JSON array); a file that is not one is an error, not quarantine."""
-    records = read_json(uri, s3)
-    if not isinstance(records, list):
-        raise ValueError(f"{uri} is not a HotpotQA question file (a JSON array of questions)")
+    """A HotpotQA question file (a JSON array, plain, bz2 or gzip); a file that is not one is an
+    `InputFileError` (one line), a bad record in it is quarantined."""
+    numbered, truncated = _lines(read_bytes(uri, s3))
+    if truncated:
+        raise InputFileError(f"{uri} is a truncated compressed file ({truncated}): no question read")
+    records = _json_array(numbered)
+    if records is None or not isinstance(records, list):
+        raise InputFileError(f"{uri} is not a HotpotQA question file (a JSON array of questions)")
     return question_rows(records, uri)
+
+
+def _lines(data: bytes) -> tuple[list[tuple[int, bytes]], Truncated | None]:
+    """The (decompressed) bytes as numbered lines; a cut or corrupt bz2 or gzip tail ends them, returned
+    as the `Truncated` error (its `partial` is the cut line)."""
+    numbered: list[tuple[int, bytes]] = []
+    gzip_error = None
+    if data[:2] == b"\x1f\x8b":
+        data, gzip_error = _gunzip(data)
+    try:
+        for line in lines(decompressed(io.BytesIO(data))):
+            numbered.append((len(numbered) + 1, line))
+    except Truncated as truncated:
+        return numbered, truncated
+    if gzip_error:
+        truncated = Truncated(gzip_error)
+        if numbered and not data.endswith(b"\n"):
+            truncated.partial = numbered.pop()[1]
+        return numbered, truncated
+    return numbered, None
+
+
+def _gunzip(data: bytes) -> tuple[bytes, str | None]:
+    """gzip's bytes (every member) undone, and what went wrong where the stream breaks off."""
+    out, decompressor = [], zlib.decompressobj(wbits=31)
+    try:
+        while True:
+            out.append(decompressor.decompress(data))
+            if not decompressor.eof:
+                return b"".join(out), "gzip: the file ends before the end of the stream"
+            data = decompressor.unused_data
+            if not data:
+                return b"".join(out), None
+            decompressor = zlib.decompressobj(wbits=31)
+    except zlib.error as e:
+        return b"".join(out), f"gzip: corrupt data ({e})"
+
+
+def _is_array(numbered: list[tuple[int, bytes]]) -> bool:
+    return next((line.lstrip() for _, line in numbered if line.strip()), b"").startswith(b"[")
+
+
+def _json_array(numbered: list[tuple[int, bytes]]) -> Any:
+    """A whole file as one JSON document, or None when it is not JSON. Bytes that are not UTF-8 are
+    kept as lone surrogates ("surrogateescape"), so that only the records holding them are refused."""
+    try:
+        return json.loads(b"\n".join(line for _, line in numbered).decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None
 
 
 def question_files(uri: str, s3: S3Settings | None = None) -> list[str]:
@@ -121,8 +225,9 @@ def question_files(uri: str, s3: S3Settings | None = None) -> list[str]:
 def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict]]:
     """The bytes of one question file (`QUESTION_FILES`) -> (QUESTIONS rows, QUARANTINE rows).
 
-    Parquet by its name; otherwise JSON, an array when it starts with `[`, else JSON lines. A file
-    that cannot be read at all becomes one quarantine row, so that the other files go on."""
+    Parquet by its name; otherwise JSON (bz2 by its magic bytes), an array when it starts with `[`,
+    else JSON lines. A file that cannot be read at all becomes one quarantine row, so that the other
+    files go on; a truncated JSON-lines file keeps the lines before the break."""
     if source.endswith(".parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -132,21 +237,36 @@ def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict
         except (pa.ArrowException, OSError) as e:
             return [], [_quarantine(source, -1, f"unreadable Parquet file: {e}", f"<{len(data)} bytes>")]
         return question_rows(records, source)
-    text = data.decode("utf-8", errors="replace")  # a bad byte spoils one question, not the file
-    if text.lstrip().startswith("["):
-        try:
-            records = json.loads(text)
-        except json.JSONDecodeError as e:
-            return [], [_quarantine(source, -1, f"not JSON: {e.msg}", text)]
-        return question_rows(records, source)
+    numbered, truncated = _lines(data)
+    cut = []
+    if truncated:
+        partial = truncated.partial.decode("utf-8", "replace")
+        cut = [_quarantine(source, len(numbered) + 1, f"truncated stream: {truncated}", partial)]
+    if _is_array(numbered):
+        records = None if truncated else _json_array(numbered)
+        if records is None:
+            text = b"\n".join(line for _, line in numbered).decode("utf-8", "replace")
+            reason = "not JSON: a truncated stream" if truncated else "not JSON: not a valid JSON array"
+            return [], [_quarantine(source, -1, reason, text)]
+        return question_rows(records if isinstance(records, list) else [records], source)
     parsed, unparsed = [], []
-    for number, record, error in json_lines(text):
-        if error is None:
-            parsed.append((number, record))
-        else:
-            unparsed.append(_quarantine(source, number, f"not JSON: {error.msg}", record))
+    for number, line in numbered:
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            reason = f"non-utf8 bytes: {e.reason} at byte {e.start}"
+            unparsed.append(_quarantine(source, number, reason, line.decode("utf-8", "replace")))
+            continue
+        try:
+            parsed.append((number, json.loads(text)))
+        except json.JSONDecodeError as e:
+            unparsed.append(_quarantine(source, number, f"not JSON: {e.msg}", text))
+        except RecursionError:
+            unparsed.append(_quarantine(source, number, "not JSON: nested too deeply", text))
     rows, quarantined = question_rows([r for _, r in parsed], source, [n for n, _ in parsed])
-    return rows, sorted(unparsed + quarantined, key=lambda row: row["position"])
+    return rows, sorted(unparsed + quarantined, key=lambda row: row["position"]) + cut
 
 
 def write_context_dump(questions_uri: str, dump_uri: str, s3: S3Settings | None = None) -> int:

@@ -34,6 +34,25 @@ import pyarrow.fs as pafs
 _ENDPOINT_VARS = ("XH_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL")
 
 
+# Variables that show a user means AWS S3 itself when no endpoint is set: a region, or credentials the
+# AWS SDKs would find (keys, a profile or credential file, workload identity, a container role).
+_AWS_VARS = (
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+class StorageSettingsError(ValueError):
+    """Storage settings that cannot be what the user meant (one line, naming the missing setting)."""
+
+
 # Variables whose values are secrets: never put in a Ray runtime env, a job entrypoint, or MLflow.
 SECRET_ENV_VARS = frozenset(
     {
@@ -61,6 +80,9 @@ class S3Settings:
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
+    # Whether AWS S3 itself is meant when no endpoint is set (see `_AWS_VARS`); otherwise an `s3://` URI
+    # without an endpoint is a settings error, not a request to the public AWS endpoint.
+    aws: bool = True
 
     @classmethod
     def from_env(
@@ -69,13 +91,23 @@ class S3Settings:
         """Read settings from the environment; `endpoint_url`/`region` (from config) win when given."""
         env = os.environ if env is None else env
         endpoint = endpoint_url or next((env[v] for v in _ENDPOINT_VARS if env.get(v)), None)
+        aws_files = [Path(env.get("HOME") or "~", ".aws", name).expanduser() for name in ("credentials", "config")]
         return cls(
             endpoint_url=endpoint,
+            aws=bool(region or any(env.get(v) for v in _AWS_VARS) or any(f.is_file() for f in aws_files)),
             region=region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             access_key_id=env.get("AWS_ACCESS_KEY_ID"),
             secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
             session_token=env.get("AWS_SESSION_TOKEN"),
         )
+
+    def require_endpoint(self, uri: str) -> None:
+        """A one-line `StorageSettingsError` for an `s3://` URI when neither an endpoint nor AWS is configured."""
+        if not self.endpoint_url and not self.aws:
+            raise StorageSettingsError(
+                f"{uri}: no S3 endpoint configured: set storage.s3_endpoint_url (or XH_S3_ENDPOINT_URL / "
+                "AWS_ENDPOINT_URL) for an S3-compatible store, or AWS_REGION (and credentials) for AWS S3"
+            )
 
     def pyarrow_fs(self, allow_bucket_creation: bool = False) -> pafs.S3FileSystem:
         kwargs: dict = {"region": self.region, "allow_bucket_creation": allow_bucket_creation}
@@ -139,7 +171,9 @@ def is_s3(uri: str) -> bool:
 def resolve(uri: str, s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
     """Return `(filesystem, path)` for a URI; local paths become absolute."""
     if is_s3(uri):
-        return (s3 or S3Settings.from_env()).pyarrow_fs(), uri[len("s3://") :].rstrip("/")
+        settings = s3 or S3Settings.from_env()
+        settings.require_endpoint(uri)
+        return settings.pyarrow_fs(), uri[len("s3://") :].rstrip("/")
     if uri.startswith("file://"):
         uri = urlparse(uri).path
     elif "://" in uri:

@@ -72,6 +72,7 @@ import pyarrow.dataset as pads
 
 from xh.config import GraphsConfig
 from xh.graph.encoded import QUESTION_TYPES
+from xh.jsonfiles import InputFileError
 from xh.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings, resolve
@@ -409,7 +410,7 @@ def distractor_items(records: list, source: str) -> tuple[list[DistractorItem], 
 def read_distractor_questions(uri: str, s3: S3Settings | None = None) -> tuple[list[DistractorItem], list[dict]]:
     records = load_json(uri, s3)
     if not isinstance(records, list):
-        raise ValueError(f"{uri} is not a HotpotQA question file (a JSON array of questions)")
+        raise InputFileError(f"{uri} is not a HotpotQA question file (a JSON array of questions)")
     return distractor_items(records, uri)
 
 

@@ -20,6 +20,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.jsonfiles import InputFileError
 from xh.storage import S3Settings, join, resolve
 
 
@@ -47,12 +48,28 @@ def clear_folder(folder: str, s3: S3Settings | None = None) -> None:
 
 
 def _existing(folder: str, s3: S3Settings | None, what: str):
-    """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`);
-    a one-line `FileNotFoundError` otherwise: a build that failed or was interrupted is never read."""
+    """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`) whose
+    files hold every GRAPHS column; a one-line error otherwise (`FileNotFoundError` for a build that
+    failed or was interrupted, `InputFileError` for a missing column), before any worker reads it."""
     from xh.tables import require_complete
 
     require_complete(folder, s3, what, hint=" (run `xh graphs build` first)")
-    return resolve(folder, s3)
+    fs, path = resolve(folder, s3)
+    needed = schemas.GRAPHS.names
+    for fragment in pads.dataset(path, filesystem=fs, format="parquet").get_fragments():
+        missing = [name for name in needed if name not in fragment.physical_schema.names]
+        if missing:
+            raise InputFileError(
+                f"{what} at {folder}: {fragment.path} lacks column(s) {', '.join(missing)} of the graphs table "
+                "(rebuild it with `xh graphs build`)"
+            )
+    return fs, path
+
+
+def require_graphs(folder: str, s3: S3Settings | None = None, what: str = "graphs") -> None:
+    """The checks every reader of a graphs folder makes (see `_existing`), for drivers that hand the
+    folder to Ray readers of their own (training)."""
+    _existing(folder, s3, what)
 
 
 def _graphs_folder(folder: str, s3: S3Settings | None):

@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
+from xh.jsonfiles import is_utf8_text
 from xh.wiki.records import Doc, Quarantine, ReadCounts, Record, Unreadable, clip_raw
 
 __all__ = ["Truncated", "decompressed", "lines", "non_utf8", "read_json_lines", "id_of"]
@@ -160,8 +161,9 @@ def _json_line_record(
     try:
         if not isinstance(obj, dict):
             raise Unreadable(f"invalid record: a JSON {type(obj).__name__}, not an object")
-        if "\\ud" in text or "\\uD" in text:
-            _check_no_lone_surrogates(obj)
+        if ("\\ud" in text or "\\uD" in text) and not is_utf8_text(obj):
+            # JSON may escape half a surrogate pair ("\\ud800"), which no UTF-8 writer (Parquet) accepts
+            raise Unreadable("invalid record: unpaired surrogate in a string")
         doc = to_doc(obj, source)
     except Unreadable as unreadable:
         return Quarantine(source, number, str(unreadable), clip_raw(text))
@@ -169,14 +171,6 @@ def _json_line_record(
         return Quarantine(source, number, f"duplicate id: {doc.doc_id}", clip_raw(text))
     seen_ids.add(doc.doc_id)
     return doc
-
-
-def _check_no_lone_surrogates(obj: dict) -> None:
-    """JSON may escape half a surrogate pair ("\\ud800"), which no UTF-8 writer (Parquet) accepts."""
-    try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise Unreadable("invalid record: unpaired surrogate in a string") from None
 
 
 def id_of(obj: dict, key: str = "id") -> str:
