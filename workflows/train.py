@@ -60,15 +60,16 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
 
 def fit(cfg: XHConfig) -> dict:
     """Run the trainer; return the best checkpoint's folder (a local copy), metrics and MLflow run id."""
-    import ray.train
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
     s3 = s3_settings(cfg)
     cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
         require_graphs(uri, s3)  # complete, with every column: not found inside a Train worker
+
+    import ray.train
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
     init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
