@@ -4,6 +4,7 @@ what is tested here is the registry and the scoring pipeline, not answer quality
 
 from __future__ import annotations
 
+import bz2
 import json
 import uuid
 
@@ -141,6 +142,16 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
     with open_output(f"{incoming}/2026-11-22.jsonl") as out:
         out.write(("\n".join(lines) + "\n").encode())
+    # A second file, bz2 in two streams, the second cut off: its first stream's good records are scored,
+    # its bad ones (wrong types, not UTF-8, a repeated id) and the break are quarantined, not the run failed.
+    late = [json.dumps({"qid": q["_id"], "question": q["question"]}) for q in scoring_world["questions"][10:12]]
+    late += ['{"qid": "typed", "question": "Who?", "type": 5}', '{"qid": "levelled", "question": "Who?", "level": []}']
+    late += [late[0]]
+    late_bytes = ("\n".join(late) + "\n").encode() + b'{"qid": "latin1", "question": "Caf\xe9?"}\n'
+    cut = bz2.compress(b'{"qid": "lost", "question": "Cut?"}\n' * 50)
+    with open_output(f"{incoming}/2026-11-22-late.jsonl.bz2") as out:
+        out.write(bz2.compress(late_bytes) + cut[: len(cut) // 2])
+    late_records = len(late) + 1 + 1  # the Latin-1 line and the break
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
     overrides = [
         f"storage.root={scoring_world['root']}",
@@ -158,14 +169,19 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     summary = score.run(load_config(None, overrides))
     assert summary["resumed_stages"] == ["parse", "graphs"]  # the failed run's finished stages were kept
     assert summary["model"]["version"] == "1"
-    assert summary["records"] == len(lines) == summary["predictions"] + sum(summary["quarantined"].values())
+    records = len(lines) + late_records
+    assert summary["records"] == records == summary["predictions"] + sum(summary["quarantined"].values())
     assert summary["quarantined"]["empty question"] == 1
     assert any(reason.startswith("not JSON") for reason in summary["quarantined"])
+    for reason in ("invalid type: a number", "invalid level: an array", "duplicate id", "non-utf8 bytes"):
+        assert any(r.startswith(reason) for r in summary["quarantined"]), (reason, summary["quarantined"])
+    assert any(r.startswith("truncated stream") for r in summary["quarantined"])
 
     partition = f"{output}/run_date=2026-11-22/model={name}/version=1"
     fs = s3_endpoint.pyarrow_fs()
     table = pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").to_table()
     assert table.num_rows == summary["predictions"] >= 8
+    assert {q["_id"] for q in scoring_world["questions"][10:12]} <= set(table.column("qid").to_pylist())
     row = table.slice(0, 1).to_pylist()[0]
     assert row["model_name"] == name and row["model_version"] == "1" and row["run_id"]
     assert row["corpus_snapshot"].startswith(str(scoring_world["root"]))
@@ -373,6 +389,7 @@ def test_an_input_whose_every_record_is_bad_gives_an_empty_complete_output_and_l
     mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
     incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
     _write_questions(f"{incoming}/bad.jsonl", ["{not json", '{"qid": "e", "question": " "}'])
+    _write_questions(f"{incoming}/empty.jsonl", [])  # an empty file adds no record
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
     overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output)
 
