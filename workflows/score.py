@@ -36,7 +36,16 @@ from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import parse_question_file, question_files
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
-from xh.staging import Stages, count_rows, fingerprint, read_stage, replace_partition, with_quarantine, write_quarantine
+from xh.staging import (
+    Stages,
+    count_rows,
+    fingerprint,
+    read_stage,
+    replace_partition,
+    usable_rows,
+    with_quarantine,
+    write_quarantine,
+)
 from xh.storage import join
 from xh.tracking import absolute_tracking, configure, stage_run
 
@@ -172,6 +181,13 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
     )
 
 
+def _no_rows(schema: pa.Schema):
+    """A stage with nothing to do (no usable row came in): no actor pool loads an index or a model for it."""
+    import ray.data
+
+    return ray.data.from_arrow(schema.empty_table())
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 
@@ -200,11 +216,19 @@ def run(cfg: XHConfig) -> dict:
         if stages.discarded:
             log("score", "staging of a run with other inputs or settings discarded")
         parsed = stages.run("parse", lambda: _parse(inputs, s3), schema=PARSED)
-        graphs = stages.run("graphs", lambda: _graphs(parsed, cfg, paths, s3), schema=GRAPHS)
+        graphs = stages.run(
+            "graphs",
+            lambda: _graphs(parsed, cfg, paths, s3) if usable_rows(parsed, s3) else _no_rows(GRAPHS),
+            schema=GRAPHS,
+        )
         # never resumed: a run that failed while moving its predictions left that stage incomplete
         predictions = stages.run(
             "inference",
-            lambda: _predictions(graphs, cfg, model, snapshot, use_gpu, s3),
+            lambda: (
+                _predictions(graphs, cfg, model, snapshot, use_gpu, s3)
+                if usable_rows(graphs, s3)
+                else _no_rows(schemas.PREDICTIONS)
+            ),
             resume=False,
             schema=schemas.PREDICTIONS,
         )

@@ -8,6 +8,7 @@ failed run re-run resumes after its last finished stage; then its outputs move i
     write_quarantine([parsed, graphs], quarantine_uri, s3)   # {reason: count}
     replace_partition(predictions, partition_uri, s3)
     count_rows(partition_uri, s3)
+    usable_rows(parsed, s3)                       # the rows the next stage reads (0: skip its actor pool)
 
 A stage is finished when its folder holds `_SUCCESS`, written after the last Parquet file. A stage's
 rows that could not be used carry the QUARANTINE columns (`with_quarantine`), `reason` not null; the
@@ -163,6 +164,15 @@ def count_rows(uri: str, s3: S3Settings | None) -> int:
 
     fs, path = resolve(uri, s3)
     return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).count_rows()
+
+
+def usable_rows(uri: str, s3: S3Settings | None) -> int:
+    """How many of a finished stage's rows the next stage reads (those without a reason)."""
+    import pyarrow.dataset as pads
+
+    fs, path = resolve(uri, s3)
+    dataset = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True)
+    return dataset.count_rows(filter=pads.field("reason").is_null())
 
 
 def write_quarantine(stages: Sequence[str], target: str, s3: S3Settings | None) -> dict[str, int]:
