@@ -58,9 +58,10 @@ def flags(section: str, **values) -> list[str]:
 
 def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = ()) -> None:
     """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
-    run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
     try:
-        summary = run(load_config(config, [*(overrides or []), *extra]))
+        cfg = load_config(config, [*(overrides or []), *extra])  # a config error before the stage's imports (torch)
+        run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
+        summary = run(cfg)
     except USER_ERRORS as e:
         fail(str(e))
     typer.echo(json.dumps(summary, sort_keys=True, default=str))
