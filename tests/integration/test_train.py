@@ -10,6 +10,7 @@ from pathlib import Path
 
 import mlflow
 import pyarrow.dataset as pads
+import pytest
 
 from xh.config import load_config
 
@@ -35,6 +36,7 @@ def _config(root: Path, graphs: str, backbone: str, cluster, tracking: str, over
     )
 
 
+@pytest.mark.timeout(900)  # two Train runs (the second resumes the finished run); the session fixtures may start here
 def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_that_loads_by_alias(
     world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path
 ):
