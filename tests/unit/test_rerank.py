@@ -330,3 +330,24 @@ def test_expansion_neighbours_are_ordered_by_the_reranker(synth_tables):
         # the re-ranker's best neighbours, best first: not BM25's order
         assert [r["score"] for r in exp] == known[: settings.expansion_keep]
         assert [r["score"] for r in exp] == [_KnownScores.of(p) for p in passages([r["doc_id"] for r in exp])]
+
+
+def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_retrieves_with_it(tmp_path, monkeypatch):
+    from workflows import demo
+    from xh.config import load_config
+    from xh.train.loop import in_dev_split
+
+    cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}"])
+    questions = [{"_id": f"q{i}", "question": f"question {i}?"} for i in range(40)]
+    (tmp_path / "world" / "hotpot").mkdir(parents=True)
+    (tmp_path / "world" / "hotpot" / "questions.json").write_text(json.dumps(questions))
+    seen = {}
+    monkeypatch.setattr(demo.rerank, "run", lambda c: seen.setdefault("cfg", c) and {"output": "x"})
+    demo.train_reranker(cfg)
+    trained = json.loads(open(seen["cfg"].rerank.questions).read())
+    assert trained and [q["_id"] for q in trained] == [
+        q["_id"] for q in questions if not in_dev_split(q["_id"], cfg.train.dev_fraction)
+    ]
+    assert len(trained) < len(questions)
+    retrieve = demo._retrieve_config(cfg, "runs/demo/models/reranker").retrieve
+    assert retrieve.reranker == "runs/demo/models/reranker" and retrieve.questions.endswith("questions.json")
