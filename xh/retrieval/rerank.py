@@ -216,14 +216,15 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
 
 
 class CrossEncoder(nn.Module):
-    """A BERT-family backbone and a linear head on the [CLS] (position 0) hidden state."""
+    """A BERT-family backbone and a linear head on the [CLS] (position 0) hidden state, or on the mean of
+    the pair's token states (`pooling="mean"`)."""
 
     def __init__(self, backbone, tokenizer, max_length: int = 256, source: str = "", pooling: str = "cls"):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r}: one of {POOLINGS}")
         if getattr(backbone, "pooler", None) is not None:
-            # BERT's pooler is not used ([CLS]'s hidden state feeds the head): parameters without a
+            # BERT's pooler is not used (the last hidden states feed the head): parameters without a
             # gradient would stall DDP's all-reduce
             backbone.pooler = None
         self.backbone, self.tokenizer, self.max_length, self.source = backbone, tokenizer, max_length, source
