@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/rerank.py --hotpot ../shared/data/hotpotqa/hotpot_train_sample500.json --train
     .venv/bin/python bench/rerank.py --hotpot FILE --reranker runs/demo/models/reranker   # a trained one
+    .venv/bin/python bench/rerank.py --hotpot FILE                                        # BM25 alone
 
 The corpus: every context paragraph of the file (one per title; 4,968 for the 500-question sample),
 indexed as retrieval indexes it ("Title. paragraph", `xh.retrieval.bm25`). Questions `--eval`
@@ -129,7 +130,7 @@ def main() -> None:
     parser.add_argument("--eval", type=_span, default=_span("400:500"), help="records evaluated (default 400:500)")
     parser.add_argument("--train-records", type=_span, default=_span("0:400"), help="records trained on (--train)")
     parser.add_argument("--top", type=int, default=20, help="BM25 candidates the re-ranker re-orders")
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()  # neither: BM25 alone
     what.add_argument("--reranker", help="a saved re-ranker folder")
     what.add_argument("--train", action="store_true", help="fine-tune one first (the `rerank` settings)")
     parser.add_argument("--set", action="append", default=[], help="rerank.KEY=VALUE overrides for --train")
@@ -162,20 +163,19 @@ def main() -> None:
         )
         if args.save:
             encoder.save(args.save)
-    else:
+    elif args.reranker:
         encoder = CrossEncoder.load(args.reranker)
-    start = time.perf_counter()
-    rows = reranked(encoder, docs, questions, candidates)
-    result["rerank_seconds"] = round(time.perf_counter() - start, 1)
     ks = (*KS, args.top)
-    report = {
-        "bm25": retrieval_report(questions, candidates, docs, ks=ks)["all"],
-        "reranker": retrieval_report(questions, rows, docs, ks=ks)["all"],
-    }
+    report = {"bm25": retrieval_report(questions, candidates, docs, ks=ks)["all"]}
+    if args.train or args.reranker:
+        start = time.perf_counter()
+        rows = reranked(encoder, docs, questions, candidates)
+        result["rerank_seconds"] = round(time.perf_counter() - start, 1)
+        report["reranker"] = retrieval_report(questions, rows, docs, ks=ks)["all"]
     result["report"] = report
     print(f"{'measure':<18}{'BM25':>8}{'re-ranker':>11}{'ratio':>8}")
     for name in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks]:
-        a, b = report["bm25"].get(name), report["reranker"].get(name)
+        a, b = report["bm25"].get(name), report.get("reranker", {}).get(name, float("nan"))
         print(f"{name:<18}{a:>8.3f}{b:>11.3f}{(b / a if a else float('nan')):>8.2f}")
     print(json.dumps({k: v for k, v in result.items() if k != "report"}, indent=1))
     if args.json:
