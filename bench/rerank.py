@@ -165,7 +165,7 @@ def main() -> None:
             encoder.save(args.save)
     elif args.reranker:
         encoder = CrossEncoder.load(args.reranker)
-    ks = (*KS, args.top)
+    ks = tuple(sorted({*KS, args.top}))
     report = {"bm25": retrieval_report(questions, candidates, docs, ks=ks)["all"]}
     if args.train or args.reranker:
         start = time.perf_counter()
