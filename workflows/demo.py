@@ -8,7 +8,8 @@ generated data. Stages run in order, each reading what the previous one wrote:
     synth         generate the mini-Wikipedia world (shards in parallel on Ray)
     wiki          its HotpotQA-format dump -> docs / links / redirects / anchors / quarantine (Ray Data)
     check         the tables against the generator's ground truth (every page and every hyperlink)
-    retrieve      BM25 index, candidates for the world's questions (BM25, entity links, expansion), recall
+    rerank        a small cross-encoder re-ranker (MiniLM) on the world's training questions (Ray Train)
+    retrieve      BM25 index, candidates for the world's questions (BM25 re-ranked, entity links, expansion), recall
     graphs        one evidence graph per question (Ray Data)
     train         Transformer-XH on Ray Train (MiniLM backbone on CPU), registered as @challenger
     question_types  a bridge/comparison classifier for questions that come without a type
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pyarrow.dataset as pads
 
-from workflows import graphs, retrieve, score, synth, train, wiki
+from workflows import graphs, rerank, retrieve, score, synth, train, wiki
 from workflows.common import init_ray, log, main, s3_settings
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
@@ -84,7 +85,8 @@ def run(cfg: XHConfig) -> dict:
         stage("synth", lambda: synth.run(cfg))
         stage("wiki", lambda: wiki.run(_wiki_config(cfg)))
         stage("check", lambda: check_against_truth(cfg, stages["synth"], stages["wiki"]))
-        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg)))
+        stage("rerank", lambda: train_reranker(cfg))
+        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg, stages["rerank"]["output"])))
         stage("graphs", lambda: graphs.run(cfg))
         stage("train", lambda: train.run(cfg))
         stage("question_types", lambda: train_question_classifier(cfg))
@@ -214,12 +216,29 @@ def summary_table(summary: dict) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def _retrieve_config(cfg: XHConfig) -> XHConfig:
-    """The demo retrieves for the world's own questions unless a question file was given."""
-    if cfg.retrieve.questions:
-        return cfg
-    questions = join(synth.world_uri(cfg), "hotpot", "questions.json")
-    return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"questions": questions})})
+def train_reranker(cfg: XHConfig) -> dict:
+    """The re-ranker, trained on the world's questions outside training's dev split (the held-out ones stay unseen)
+    unless a question file was given."""
+    from xh.train.loop import in_dev_split
+
+    if cfg.rerank.questions:
+        return rerank.run(cfg)
+    s3 = s3_settings(cfg)
+    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3) as f:
+        questions = [q for q in json.loads(f.read()) if not in_dev_split(q["_id"], cfg.train.dev_fraction)]
+    path = join(cfg.storage.root, "rerank", "train_questions.json")
+    with open_output(path, s3) as out:
+        out.write(json.dumps(questions).encode())
+    return rerank.run(cfg.model_copy(update={"rerank": cfg.rerank.model_copy(update={"questions": path})}))
+
+
+def _retrieve_config(cfg: XHConfig, reranker: str | None = None) -> XHConfig:
+    """The demo retrieves for the world's own questions unless a question file was given, re-ranked by the
+    demo's re-ranker unless another was given."""
+    update = {"reranker": cfg.retrieve.reranker or reranker}
+    if not cfg.retrieve.questions:
+        update["questions"] = join(synth.world_uri(cfg), "hotpot", "questions.json")
+    return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})
 
 
 def _wiki_config(cfg: XHConfig) -> XHConfig:

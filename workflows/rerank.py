@@ -22,7 +22,7 @@ from xh.config import XHConfig
 from xh.retrieval.rerank import training_examples
 from xh.storage import is_s3, join, resolve, upload_folder
 from xh.tracking import absolute_tracking
-from xh.train.rerank import RUN_NAME, train_loop_per_worker
+from xh.train.rerank import RUN_NAME, train_loop_per_worker, training_units
 from xh.train.worker import plan_steps
 
 
@@ -49,11 +49,14 @@ def run(cfg: XHConfig) -> dict:
     paths = _paths(cfg)
     backbone = resolve_backbone(r.backbone)
     examples = training_examples(r, paths["tables"], s3)
+    units, per_step, unit = training_units(r, examples)
     plan = plan_steps(
-        len(examples), workers=r.workers, batch_size=r.batch_size, epochs=r.epochs, max_steps=r.max_steps, unit="pairs"
+        len(units), workers=r.workers, batch_size=per_step, epochs=r.epochs, max_steps=r.max_steps, unit=unit
     )
     summary = {
         "pairs": len(examples),
+        unit: len(units),
+        "objective": r.loss,
         "pairs_per_worker": len(examples) // r.workers,
         "batches_per_epoch": plan.batches_per_epoch,
         "steps": plan.total_steps,

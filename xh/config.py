@@ -127,6 +127,15 @@ class RerankConfig(Section):
     )
     max_length: int = Field(256, ge=16, description="tokens per question + paragraph pair")
     negatives_per_positive: int = Field(3, ge=1)
+    negatives: Literal["context", "bm25"] = Field(
+        "bm25", description="`questions` file: negatives from the question's context, or BM25's top `bm25_pool`"
+    )
+    bm25_pool: int = Field(20, ge=1, description="negatives='bm25': drawn from this many BM25 paragraphs per question")
+    loss: Literal["listwise", "pointwise"] = Field(
+        "listwise", description="listwise: softmax of each positive against its question's negatives; pointwise: BCE"
+    )
+    questions_per_step: int = Field(2, ge=1, description="listwise: whole questions per step per worker")
+    pooling: Literal["cls", "mean"] = Field("mean", description="the head reads [CLS] or the mean of the tokens")
     epochs: int = Field(1, ge=1)
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
     batch_size: int = Field(16, ge=1, description="pairs per step per worker")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import numpy as np
@@ -18,8 +19,11 @@ from xh.retrieval.rerank import (
     epoch_batches,
     examples_from_candidates,
     examples_from_hotpot,
+    group_softmax_loss,
+    listwise_loss,
     pair_loss,
     passage_text,
+    question_groups,
 )
 
 pytestmark = pytest.mark.unit
@@ -53,6 +57,81 @@ def test_hotpot_pairs_take_supporting_paragraphs_as_positives():
     assert len(negatives) == 2 and {e.passage.split(".")[0] for e in negatives} == {"Lake Melholm", "East Ebbridge"}
     assert {e.qid for e in examples} == {"q1"}  # no positive, no pairs
     assert examples_from_hotpot(HOTPOT, 1, seed=0) == examples  # seeded
+
+
+def test_hotpot_pairs_can_take_bm25_hard_negatives_from_every_records_paragraphs():
+    other = {
+        "_id": "q3",
+        "question": "Who wrote Tide?",
+        "supporting_facts": [["Tide", 0]],
+        "context": [
+            ["Tide", ["Tide is a novel."]],
+            ["Arden Works museum", ["The Arden Works museum is the birthplace of the founder."]],
+        ],
+    }
+    examples = examples_from_hotpot([HOTPOT[0], other], 3, seed=0, negatives="bm25", bm25_pool=2)
+    q1 = {e.passage.split(".")[0]: e.label for e in examples if e.qid == "q1"}
+    # BM25's top 2 for q1 over every record's paragraphs: gold "Arden Works" and q3's "Arden Works museum";
+    # the gold one is a positive, never a negative
+    assert q1 == {"Arden Works": 1.0, "Mara Quinn": 1.0, "Arden Works museum": 0.0}
+    assert [e.label for e in examples if e.qid == "q3"] == [1.0]  # BM25 finds nothing else for "Tide"
+
+
+def test_group_softmax_loss_matches_a_hand_computation():
+    # question 1: positives 2.0 and 1.0, negatives 0.0 and -1.0; question 2: one positive, one negative, equal
+    logits = torch.tensor([2.0, 0.0, 1.0, -1.0, 0.5, 0.5])
+    labels = torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    n = math.exp(0.0) + math.exp(-1.0)
+    expected = (
+        -math.log(math.exp(2.0) / (math.exp(2.0) + n)) - math.log(math.exp(1.0) / (math.exp(1.0) + n)) + math.log(2.0)
+    ) / 3
+    assert group_softmax_loss(logits, labels, [4, 2]).item() == pytest.approx(expected, rel=1e-6)
+    # a question without negatives adds nothing to learn
+    assert group_softmax_loss(torch.tensor([3.0]), torch.tensor([1.0]), [1]).item() == 0.0
+
+
+def test_question_groups_keep_each_questions_pairs_together():
+    examples = [Example(q, q, p, label) for q, p, label in [("a", "1", 1.0), ("b", "2", 0.0), ("a", "3", 0.0)]]
+    examples.append(Example("b", "b", "4", 1.0))
+    examples.append(Example("c", "c", "5", 0.0))  # no positive: nothing to rank against
+    groups = question_groups(examples)
+    assert [[e.passage for e in g] for g in groups] == [["1", "3"], ["2", "4"]]
+    assert all(len(batch) == 1 for batch in epoch_batches(groups, 1, seed=0, epoch=0))
+
+
+def test_listwise_training_lowers_the_loss_on_a_separable_toy_set(make_tiny_backbone):
+    """A tiny random BERT learns that the paragraph saying "gold" is the one asked for (mean pooling)."""
+    encoder = CrossEncoder.from_backbone(make_tiny_backbone(layers=2), max_length=16, seed=0, pooling="mean")
+    words = "apple river castle violin tiger garden pencil rocket".split()
+    groups = [
+        [Example(w, f"where is the {w}?", f"the {w} is gold.", 1.0)]
+        + [Example(w, f"where is the {w}?", f"the {v} is lead.", 0.0) for v in words if v != w][:3]
+        for w in words
+    ]
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=3e-3)
+    losses = []
+    for epoch in range(6):
+        for batch in epoch_batches(groups, 4, seed=0, epoch=epoch):
+            loss = listwise_loss(encoder, encoder, batch)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    assert losses[0] == pytest.approx(math.log(4), abs=0.3)  # about chance among 4 paragraphs at the start
+    assert np.mean(losses[-3:]) < 0.3 * np.mean(losses[:3])
+
+
+def test_mean_pooling_is_saved_with_the_reranker(tiny_backbone, tmp_path):
+    encoder = CrossEncoder.from_backbone(tiny_backbone, max_length=64, seed=1, pooling="mean")
+    passages = ["Mara Quinn was born in Lake Melholm.", "x"]
+    before = encoder.score("Where was Mara Quinn born?", passages)
+    encoder.save(str(tmp_path / "reranker"))
+    loaded = CrossEncoder.load(str(tmp_path / "reranker"))
+    assert loaded.pooling == "mean"
+    np.testing.assert_array_equal(loaded.score("Where was Mara Quinn born?", passages), before)
+    # padding does not move a pair's mean: scored alone or beside a longer pair, the same logit
+    alone = encoder.score("Where was Mara Quinn born?", passages[1:])
+    assert alone[0] == pytest.approx(before[1], abs=1e-5)
 
 
 def test_retrieval_pairs_take_bm25_candidates_as_hard_negatives():
@@ -207,3 +286,68 @@ def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, t
     rows = real.candidates(qids[:1], texts[:1])
     assert rows and {r["ranker"] for r in rows} == {"reranker"}
     assert passage_text("T", " x ") == "T. x"
+
+
+class _KnownScores:
+    """A stand-in re-ranker whose score of a paragraph is known in advance (a digest of its text)."""
+
+    @staticmethod
+    def of(passage: str) -> float:
+        return float(int.from_bytes(passage.encode()[-6:], "little") % 1009)
+
+    def score(self, question: str, passages: list[str], batch_size: int = 32) -> np.ndarray:
+        return np.array([self.of(p) for p in passages])
+
+
+def test_expansion_neighbours_are_ordered_by_the_reranker(synth_tables):
+    import pyarrow.parquet as pq
+
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+    from xh.retrieval.entity_linking import EntityLinker
+    from xh.retrieval.expansion import LinkGraph
+
+    tables, questions = synth_tables
+    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
+    passages = Passages(docs)
+    tokens = Analyzer().analyze_batch(
+        [passage_text(t, x) for t, x in zip(*(docs[c].to_pylist() for c in ("title", "text")))]
+    )
+    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
+    graph = LinkGraph.load(str(tables))
+    settings = RetrieveConfig(ir_candidates=20, expansion_keep=4, expansion_rerank_pool=500)
+    retriever = Retriever([shard], EntityLinker.load(str(tables)), graph, settings, _KnownScores(), passages)
+    bridge = [q for q in questions if q["type"] == "bridge"][:3]
+    rows = retriever.candidates([q["_id"] for q in bridge], [q["question"] for q in bridge])
+    for q in bridge:
+        mine = [r for r in rows if r["qid"] == q["_id"]]
+        seeds = [r["doc_id"] for r in mine if r["source"] == "ir" and r["rank"] < settings.ir_keep]
+        seeds += [r["doc_id"] for r in mine if r["source"] == "el"]
+        neighbours = [n.doc_id for n in graph.neighbours(list(dict.fromkeys(seeds)))]
+        known = sorted((_KnownScores.of(p) for p in passages(neighbours)), reverse=True)
+        exp = sorted((r for r in mine if r["source"] == "exp"), key=lambda r: r["rank"])
+        assert exp and all(r["ranker"] == "reranker" for r in exp)
+        # the re-ranker's best neighbours, best first: not BM25's order
+        assert [r["score"] for r in exp] == known[: settings.expansion_keep]
+        assert [r["score"] for r in exp] == [_KnownScores.of(p) for p in passages([r["doc_id"] for r in exp])]
+
+
+def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_retrieves_with_it(tmp_path, monkeypatch):
+    from workflows import demo
+    from xh.config import load_config
+    from xh.train.loop import in_dev_split
+
+    cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}"])
+    questions = [{"_id": f"q{i}", "question": f"question {i}?"} for i in range(40)]
+    (tmp_path / "world" / "hotpot").mkdir(parents=True)
+    (tmp_path / "world" / "hotpot" / "questions.json").write_text(json.dumps(questions))
+    seen = {}
+    monkeypatch.setattr(demo.rerank, "run", lambda c: seen.setdefault("cfg", c) and {"output": "x"})
+    demo.train_reranker(cfg)
+    trained = json.loads(open(seen["cfg"].rerank.questions).read())
+    assert trained and [q["_id"] for q in trained] == [
+        q["_id"] for q in questions if not in_dev_split(q["_id"], cfg.train.dev_fraction)
+    ]
+    assert len(trained) < len(questions)
+    retrieve = demo._retrieve_config(cfg, "runs/demo/models/reranker").retrieve
+    assert retrieve.reranker == "runs/demo/models/reranker" and retrieve.questions.endswith("questions.json")

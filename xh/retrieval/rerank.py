@@ -19,13 +19,21 @@ it (a paragraph often names its subject only in the title). Pairs are encoded wi
 `max_length` is cut first, so that "only_second" always has room.
 
 Training examples are (question, paragraph, label) with label 1 for a paragraph holding a supporting
-fact. Loss: binary cross-entropy on each pair's logit (pointwise), which admits any number of
-positives per question (bridge questions have two, and the distractor setting a fixed pool of
-negatives); ranking is by the logit.
+fact. Negatives are the question's other context paragraphs, or (`negatives="bm25"`) the best BM25
+paragraphs of the file's whole corpus that are not gold: what the re-ranker meets at retrieval time.
+Two losses, ranking is by the logit either way:
+
+    listwise   (default) each positive against its own question's negatives: the mean over positives p
+               of -log(e^s_p / (e^s_p + sum_n e^s_n)) (`group_softmax_loss`); a batch holds whole questions
+    pointwise  binary cross-entropy on each pair's logit (`pair_loss`)
+
+The head reads the [CLS] hidden state (`pooling="cls"`) or the mean over the pair's tokens
+(`pooling="mean"`, how all-MiniLM-L6-v2 was pretrained to summarise a text).
 
 A saved re-ranker is the saved-model folder of `xh.model.saved` (no pickle, reloadable offline):
 
-    reranker.json       format, version, max_length, the backbone it started from, hidden size
+    reranker.json       format, version, max_length, the backbone it started from, hidden size, pooling
+                        (absent in earlier files: "cls")
     model.safetensors   the fine-tuned backbone (backbone.*) and the linear head (head.weight [1, hidden], head.bias [1])
     config.json, tokenizer files    the backbone's
 """
@@ -51,6 +59,7 @@ from xh.wiki.titles import normalize_title
 FORMAT = "xh-cross-encoder"
 VERSION = 1
 CONFIG_FILE = "reranker.json"
+POOLINGS = ("cls", "mean")
 
 
 def passage_text(title: str, text: str) -> str:
@@ -69,24 +78,55 @@ class Example:
     label: float  # 1.0: holds a supporting fact; 0.0: does not
 
 
-def examples_from_hotpot(records: Iterable[dict], negatives_per_positive: int = 3, seed: int = 13) -> list[Example]:
+def examples_from_hotpot(
+    records: Iterable[dict],
+    negatives_per_positive: int = 3,
+    seed: int = 13,
+    negatives: str = "context",
+    bm25_pool: int = 20,
+) -> list[Example]:
     """Pairs from HotpotQA records in the distractor format (`question`, `supporting_facts`, `context`).
 
-    Positives: the context paragraphs whose title holds a supporting fact. Negatives: the other
-    context paragraphs, up to `negatives_per_positive` per positive, drawn at random (seeded).
-    Questions without a positive in their context (or without context) give no pairs.
+    Positives: the context paragraphs whose title holds a supporting fact. Negatives, up to
+    `negatives_per_positive` per positive, drawn at random (seeded) from the other context paragraphs
+    (`negatives="context"`) or from BM25's top `bm25_pool` over every record's context paragraphs,
+    gold left out (`"bm25"`: hard negatives, as retrieval ranks them). Questions without a positive in
+    their context (or without context) give no pairs.
     """
+    records = list(records)
     rng = random.Random(seed)
+    hard = _bm25_negatives(records, bm25_pool) if negatives == "bm25" else None
     examples = []
-    for record in records:
+    for i, record in enumerate(records):
         gold = {normalize_title(str(fact[0])) for fact in record.get("supporting_facts") or []}
         context = [(title, "".join(sentences)) for title, sentences in record.get("context") or [] if sentences]
         positives = [(t, x) for t, x in context if normalize_title(t) in gold]
-        negatives = [(t, x) for t, x in context if normalize_title(t) not in gold]
-        examples += _pairs(
-            str(record.get("_id")), record["question"], positives, negatives, negatives_per_positive, rng
-        )
+        if hard is None:
+            pool = [(t, x) for t, x in context if normalize_title(t) not in gold]
+        else:
+            pool = [(t, x) for t, x in hard[i] if normalize_title(t) not in gold]
+        examples += _pairs(str(record.get("_id")), record["question"], positives, pool, negatives_per_positive, rng)
     return examples
+
+
+def _bm25_negatives(records: list[dict], k: int) -> list[list[tuple[str, str]]]:
+    """Each record's question's BM25 top k (title, text) over the records' context paragraphs (one per title)."""
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+
+    corpus: dict[str, str] = {}
+    for record in records:
+        for title, sentences in record.get("context") or []:
+            if sentences:
+                corpus.setdefault(title, "".join(sentences))
+    if not corpus:
+        return [[] for _ in records]
+    titles = list(corpus)
+    analyzer = Analyzer()
+    tokens = analyzer.analyze_batch([passage_text(t, corpus[t]) for t in titles])
+    shard = BM25Shard.build(list(map(str, range(len(titles)))), tokens, CorpusStats.from_token_lists(tokens))
+    hits = shard.search(analyzer.analyze_batch([r["question"] for r in records]), k=k)
+    return [[(titles[int(d)], corpus[titles[int(d)]]) for d in hit.doc_ids] for hit in hits]
 
 
 def examples_from_candidates(
@@ -146,7 +186,8 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
         if not isinstance(records, list):
             raise ConfigError(f"{r.questions} is not a HotpotQA question file (a JSON array of questions)")
         records = [rec for rec in records[: r.max_questions] if isinstance(rec, dict) and rec.get("question")]
-        examples, source = examples_from_hotpot(records, r.negatives_per_positive, r.seed), r.questions
+        examples = examples_from_hotpot(records, r.negatives_per_positive, r.seed, r.negatives, r.bm25_pool)
+        source = r.questions
     elif r.retrieval:
         fs, out = resolve(r.retrieval, s3)
         questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
@@ -175,26 +216,30 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
 
 
 class CrossEncoder(nn.Module):
-    """A BERT-family backbone and a linear head on the [CLS] (position 0) hidden state."""
+    """A BERT-family backbone and a linear head on the [CLS] (position 0) hidden state, or on the mean of
+    the pair's token states (`pooling="mean"`)."""
 
-    def __init__(self, backbone, tokenizer, max_length: int = 256, source: str = ""):
+    def __init__(self, backbone, tokenizer, max_length: int = 256, source: str = "", pooling: str = "cls"):
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: one of {POOLINGS}")
         if getattr(backbone, "pooler", None) is not None:
-            # BERT's pooler is not used ([CLS]'s hidden state feeds the head): parameters without a
+            # BERT's pooler is not used (the last hidden states feed the head): parameters without a
             # gradient would stall DDP's all-reduce
             backbone.pooler = None
         self.backbone, self.tokenizer, self.max_length, self.source = backbone, tokenizer, max_length, source
+        self.pooling = pooling
         self.head = nn.Linear(backbone.config.hidden_size, 1)
 
     # --- building, saving, loading ---------------------------------------------------------
 
     @classmethod
-    def from_backbone(cls, name_or_path: str, max_length: int = 256, seed: int | None = None):
+    def from_backbone(cls, name_or_path: str, max_length: int = 256, seed: int | None = None, pooling: str = "cls"):
         """A new re-ranker on a pretrained backbone (a hub name or a local folder); the head is random."""
         if seed is not None:
             torch.manual_seed(seed)
         backbone = pretrained_backbone(name_or_path)
-        return cls(backbone, load_tokenizer(name_or_path), max_length, source=str(name_or_path))
+        return cls(backbone, load_tokenizer(name_or_path), max_length, source=str(name_or_path), pooling=pooling)
 
     def save(self, uri: str, s3: S3Settings | None = None) -> None:
         """Write the re-ranker's files under `uri` (a local folder or s3://...)."""
@@ -204,6 +249,7 @@ class CrossEncoder(nn.Module):
             "max_length": self.max_length,
             "hidden_size": self.backbone.config.hidden_size,
             "started_from": self.source,
+            "pooling": self.pooling,
         }
         save_encoder_model(
             uri, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer, s3=s3
@@ -214,7 +260,13 @@ class CrossEncoder(nn.Module):
         """A saved re-ranker from a local folder or s3:// (downloaded to a temporary folder first)."""
         saved = load_encoder_model(uri, CONFIG_FILE, FORMAT, VERSION, what="re-ranker", s3=s3)
         config = saved.config
-        model = cls(saved.new_backbone(), saved.tokenizer, int(config["max_length"]), config.get("started_from", ""))
+        model = cls(
+            saved.new_backbone(),
+            saved.tokenizer,
+            int(config["max_length"]),
+            config.get("started_from", ""),
+            config.get("pooling", "cls"),
+        )
         model.load_state_dict(saved.weights, strict=True)
         return model.eval()
 
@@ -244,6 +296,9 @@ class CrossEncoder(nn.Module):
         hidden = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state
+        if self.pooling == "mean":
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return self.head((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).squeeze(-1)
         return self.head(hidden[:, 0]).squeeze(-1)
 
     def score(self, question: str, passages: Sequence[str], batch_size: int = 32) -> np.ndarray:
@@ -279,8 +334,42 @@ def pair_loss(model: nn.Module, encoder: CrossEncoder, batch: Sequence[Example])
     return nn.functional.binary_cross_entropy_with_logits(logits, labels)
 
 
-def epoch_batches(examples: Sequence[Example], batch_size: int, seed: int, epoch: int) -> list[list[Example]]:
-    """The examples shuffled (seeded per epoch) and cut into full batches (a last partial batch is dropped)."""
+def group_softmax_loss(logits: torch.Tensor, labels: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Listwise loss over consecutive groups (one per question) of `sizes` pairs: for each positive p of a
+    group, -log(e^s_p / (e^s_p + sum of e^s_n over the group's negatives)); the mean over all positives.
+
+    Each positive competes only with negatives (not with the other supporting paragraph of a bridge
+    question, which is just as relevant); a group without negatives adds 0.
+    """
+    losses = []
+    for scores, marks in zip(logits.split(list(sizes)), labels.split(list(sizes))):
+        positive, negative = scores[marks > 0.5], scores[marks <= 0.5]
+        table = torch.cat([positive[:, None], negative[None, :].expand(len(positive), -1)], dim=1)
+        losses.append(-torch.log_softmax(table, dim=1)[:, 0])
+    return torch.cat(losses).mean()
+
+
+def question_groups(examples: Sequence[Example]) -> list[list[Example]]:
+    """The pairs grouped by question (first-seen order): the units of the listwise loss."""
+    groups: dict[str, list[Example]] = {}
+    for e in examples:
+        groups.setdefault(e.qid, []).append(e)
+    return [g for g in groups.values() if any(e.label > 0.5 for e in g)]
+
+
+def listwise_loss(model: nn.Module, encoder: CrossEncoder, groups: Sequence[Sequence[Example]]) -> torch.Tensor:
+    """`group_softmax_loss` of a batch of whole questions' pairs (one forward pass over all of them)."""
+    batch = [e for group in groups for e in group]
+    inputs = encoder.encode([e.question for e in batch], [e.passage for e in batch])
+    device = next(encoder.parameters()).device
+    logits = model(**{k: v.to(device) for k, v in inputs.items()})
+    labels = torch.tensor([e.label for e in batch], dtype=logits.dtype, device=device)
+    return group_softmax_loss(logits, labels, [len(g) for g in groups])
+
+
+def epoch_batches(examples: Sequence, batch_size: int, seed: int, epoch: int) -> list[list]:
+    """The examples (pairs, or question groups) shuffled (seeded per epoch) and cut into full batches
+    (a last partial batch is dropped)."""
     order = list(range(len(examples)))
     random.Random(seed * 1_000_003 + epoch).shuffle(order)
     return [[examples[i] for i in order[k : k + batch_size]] for k in range(0, len(order) - batch_size + 1, batch_size)]
