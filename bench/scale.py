@@ -229,6 +229,21 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
     return round(sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx), 2)
 
 
+def markdown(results: list[dict]) -> str:
+    """The per-stage figures of every size as one Markdown table (the README's)."""
+    lines = [
+        "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB | written MiB |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for name, f in r["stages"].items():
+            lines.append(
+                f"| {r['docs']:,} | {name} | {f['seconds']} | {f['per_s_per_core']} | {f['driver_peak_mib']} "
+                f"| {f['worker_peak_mib']} | {f['written_mib']} |"
+            )
+    return "\n".join(lines)
+
+
 def without_docs(argv: list[str]) -> list[str]:
     """The command line less `--docs N [N ...]`."""
     out, skipping = [], False
@@ -280,6 +295,7 @@ def main() -> None:
         }
         for stage in results[0]["stages"]
     }
+    print(markdown(results), flush=True)
     print(
         json.dumps(
             {
