@@ -14,15 +14,17 @@ queries: the file's questions. Every system gets the same token lists from `xh.r
     qps_bm25s         `bm25s.BM25.retrieve` (top 10, all queries in one call, its default numpy backend)
     ratio             qps_project / qps_rank_bm25       (target >= 500)
     ratio_vs_bm25s    qps_project / qps_bm25s           (target >= 1.0)
-    top10_identical   the project's top 10 is rank-bm25's for every query checked, ties aware: same
+    top10_identical   on every run, the project's top 10 is rank-bm25's for every query checked, ties aware: same
                       length, scores within 1e-6 of rank-bm25's sorted scores, and every returned
                       document's rank-bm25 score within 1e-6 of the score returned
     build_seconds     CorpusStats + BM25Shard.build from token lists (analysis timed apart)
     bytes_per_doc     size of the saved shard (all files) / documents
     memory_bytes_per_doc  the searchable shard's arrays in memory (CSR + frequent terms' dense rows)
 
-Timed sections are repeated (`--repeat`) and the best run is kept, as other work on the machine
-only ever slows a run down. bm25s is a benchmark-only dependency (`pip install bm25s`).
+The three systems are measured `--runs` times (default 5) in one process, each run checked for exact
+scores; the throughputs and ratios are reported as min and median over the runs (and the ratios per
+run), since other work on the machine moves them. Within a run, the fast systems' timed sections are
+repeated (`--repeat`) and the best kept. bm25s is a benchmark-only dependency (`pip install bm25s`).
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--rank-bm25-queries", type=int, default=None, help="queries checked and timed on rank-bm25")
     parser.add_argument("--repeat", type=int, default=3, help="timed repeats for the fast systems (best kept)")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="whole measurements (all three systems, checked), in one process"
+    )
     args = parser.parse_args()
 
     import bm25s  # benchmark-only dependency
@@ -118,7 +123,39 @@ def main() -> None:
         manifest = shard.save(str(Path(tmp) / "shard"))
     bytes_per_doc = sum(f["bytes"] for f in manifest["files"].values()) / len(doc_ids)
     shard.search(queries[:20], k)  # warm-up
-    project_seconds, results = best_of(args.repeat, lambda: shard.search(queries, k))
+    peer = bm25s.BM25(method="robertson")  # bm25s: the same token lists; "robertson" is its method closest to Okapi
+    peer.index(tokens, show_progress=False)
+    peer_queries = [q if q else [""] for q in queries]  # bm25s wants a token in every query
+    peer.retrieve(peer_queries[:20], k=k, show_progress=False)  # warm-up
+    reference = BM25Okapi(tokens)  # rank-bm25: the reference; slow, so timed once per run over the queries it checks
+    checked = queries if args.rank_bm25_queries is None else queries[: args.rank_bm25_queries]
+
+    def one_run() -> dict:
+        """One measurement of all three systems, and the exact-scores check of this run's results."""
+        project_seconds, results = best_of(args.repeat, lambda: shard.search(queries, k))
+        bm25s_seconds, _ = best_of(args.repeat, lambda: peer.retrieve(peer_queries, k=k, show_progress=False))
+        identical, strict, rank_seconds = 0, 0, 0.0
+        for q, result in zip(checked, results):
+            start = time.perf_counter()
+            scores = reference.get_scores(q)
+            np.argsort(scores)[::-1][:k]
+            rank_seconds += time.perf_counter() - start
+            identical += agrees(result.positions, result.scores, scores, k)
+            matched = np.flatnonzero(scores > 0)
+            expected = matched[np.lexsort((matched, -scores[matched]))][:k]  # the project's tie rule
+            strict += np.array_equal(expected, result.positions)
+        qps_project = len(queries) / project_seconds
+        return {
+            "qps_project": qps_project,
+            "qps_rank_bm25": len(checked) / rank_seconds,
+            "qps_bm25s": len(queries) / bm25s_seconds,
+            "ratio": qps_project / (len(checked) / rank_seconds),
+            "ratio_vs_bm25s": qps_project / (len(queries) / bm25s_seconds),
+            "identical": identical,
+            "strict": strict,
+        }
+
+    runs = [one_run() for _ in range(args.runs)]
     project_k100_seconds, _ = best_of(args.repeat, lambda: shard.search(queries, 100))
     latencies = []
     for q in queries:
@@ -126,47 +163,29 @@ def main() -> None:
         shard.search([q], k)
         latencies.append(time.perf_counter() - start)
 
-    # --- bm25s: the same token lists; "robertson" is its method closest to Okapi ---------------------
-    peer = bm25s.BM25(method="robertson")
-    peer.index(tokens, show_progress=False)
-    peer_queries = [q if q else [""] for q in queries]  # bm25s wants a token in every query
-    peer.retrieve(peer_queries[:20], k=k, show_progress=False)  # warm-up
-    bm25s_seconds, _ = best_of(args.repeat, lambda: peer.retrieve(peer_queries, k=k, show_progress=False))
+    def spread(key: str, digits: int) -> dict:
+        values = [r[key] for r in runs]
+        return {"min": round(min(values), digits), "median": round(statistics.median(values), digits)}
 
-    # --- rank-bm25: the reference; slow, so timed once over the queries it checks ---------------------
-    reference = BM25Okapi(tokens)
-    checked = queries if args.rank_bm25_queries is None else queries[: args.rank_bm25_queries]
-    identical, strict = 0, 0
-    rank_seconds = 0.0
-    for q, result in zip(checked, results):
-        start = time.perf_counter()
-        scores = reference.get_scores(q)
-        np.argsort(scores)[::-1][:k]
-        rank_seconds += time.perf_counter() - start
-        identical += agrees(result.positions, result.scores, scores, k)
-        matched = np.flatnonzero(scores > 0)
-        expected = matched[np.lexsort((matched, -scores[matched]))][:k]  # the project's tie rule, on rank-bm25's floats
-        strict += np.array_equal(expected, result.positions)
-
-    qps_project = len(queries) / project_seconds
-    qps_rank = len(checked) / rank_seconds
-    qps_bm25s = len(queries) / bm25s_seconds
     print(
         json.dumps(
             {
                 "docs": len(doc_ids),
                 "queries": len(queries),
                 "k": k,
-                "qps_project": round(qps_project, 1),
+                "runs": args.runs,
+                "qps_project": spread("qps_project", 1),
                 "qps_project_k100": round(len(queries) / project_k100_seconds, 1),
-                "qps_rank_bm25": round(qps_rank, 2),
-                "ratio": round(qps_project / qps_rank, 1),
-                "qps_bm25s": round(qps_bm25s, 1),
-                "ratio_vs_bm25s": round(qps_project / qps_bm25s, 2),
-                "top10_identical": identical == len(checked),
+                "qps_rank_bm25": spread("qps_rank_bm25", 2),
+                "ratio": spread("ratio", 1),
+                "ratio_per_run": [round(r["ratio"], 1) for r in runs],
+                "qps_bm25s": spread("qps_bm25s", 1),
+                "ratio_vs_bm25s": spread("ratio_vs_bm25s", 2),
+                "ratio_vs_bm25s_per_run": [round(r["ratio_vs_bm25s"], 2) for r in runs],
+                "top10_identical": all(r["identical"] == len(checked) for r in runs),
                 "top10_checked": len(checked),
-                "top10_tie_aware_matches": identical,
-                "top10_same_order_on_rank_bm25_floats": strict,
+                "top10_tie_aware_matches": [r["identical"] for r in runs],
+                "top10_same_order_on_rank_bm25_floats": [r["strict"] for r in runs],
                 "latency_ms_p50": round(1e3 * statistics.median(latencies), 3),
                 "latency_ms_p99": round(1e3 * float(np.percentile(latencies, 99)), 3),
                 "build_seconds": round(build_seconds, 3),

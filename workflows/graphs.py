@@ -11,6 +11,8 @@ The driver reads the (small) inputs into a plan (`xh.graph.build`) and cuts its 
 `graphs.questions_per_file` questions; an actor pool of `graphs.workers` builders turns each shard
 into one Parquet file of graphs (`<output>/part-NNNNN.parquet`) and one of quarantined questions
 (`<quarantine>/...`), and hands back only counts, which make the summary (`<output>/_summary.json`).
+In the retrieval setting, Ray tasks first route the docs and links each shard needs to that shard's
+folder (one task per table file, `xh.graph.build.route_file`): the corpus is read once, by file.
 
 Nothing is dropped silently: questions in = graphs out + quarantined (bad records, "no node contains
 the answer", ...), or the run fails. `run` logs the config and the summary to an MLflow run;
@@ -21,15 +23,18 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
 from xh.config import XHConfig
 from xh.graph import store
-from xh.graph.build import ShardBuilder, make_plan, summarize
+from xh.graph.build import ShardBuilder, make_plan, route_file, shard_docs, summarize
 from xh.graph.store import read_graphs  # noqa: F401  (still importable from here, as the README says)
-from xh.storage import join, open_output
+from xh.storage import join, open_output, resolve
 from xh.tables import require_complete, staged
+
+ROUTED = "_routed"  # the docs and links routed to each shard, inside the staging output; removed when built
 
 
 def paths(cfg: XHConfig) -> dict[str, str]:
@@ -89,8 +94,11 @@ def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
     if plan.quarantined:  # records refused before graph building: one file, numbered after the shards
         store.write_shard(plan.quarantined, p["quarantine"], len(shards), schemas.QUARANTINE, s3)
     per_shard: list[dict] = []
+    make_builder = plan.make_builder
     if shards:
         init_ray(cfg)
+        if plan.route is not None:
+            make_builder = partial(plan.make_builder, routed=_route(plan, shards, join(output, ROUTED), s3, g))
         workers = min(g.workers, len(shards))
         log(
             "graphs",
@@ -105,7 +113,7 @@ def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
                 compute=ActorPoolStrategy(size=workers),
                 num_cpus=g.cpus_per_worker,
                 fn_constructor_args=(
-                    plan.make_builder,
+                    make_builder,
                     p["output"],
                     p["quarantine"],
                     g.tokenizer,
@@ -115,6 +123,10 @@ def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
             )
             .take_all()
         )
+    if plan.route is not None:
+        store.clear_folder(join(output, ROUTED), s3)
+        fs, routed = resolve(join(output, ROUTED), s3)
+        fs.delete_dir(routed)
     if sum(r["items"] for r in per_shard) != len(plan.items):
         raise RuntimeError(
             f"{len(plan.items)} questions went to the builders but {sum(r['items'] for r in per_shard)} came back"
@@ -128,6 +140,24 @@ def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
     if summary["questions"] != summary["graphs"] + summary["quarantined"]:
         raise RuntimeError(f"questions in != graphs out + quarantined: {summary}")
     return summary
+
+
+def _route(plan, shards: list[dict], routed: str, s3, g) -> str:
+    """Route the docs and links each shard needs to its folder under `routed` (`xh.graph.build.route_file`):
+    one Ray task per table file, each reading its file once; returns `routed`."""
+    import ray
+
+    wanted = ray.put(shard_docs([json.loads(s["items"]) for s in shards]))
+    task = ray.remote(num_cpus=g.cpus_per_worker)(route_file)
+    files = plan.route.files(s3)
+    start = time.perf_counter()
+    rows = ray.get([task.remote(kind, uri, wanted, routed, s3) for kind in ("docs", "links") for uri in files[kind]])
+    log(
+        "graphs",
+        f"routed {sum(rows):,} docs and links rows from {sum(map(len, files.values()))} file(s) to {len(shards)} "
+        f"shard(s) in {time.perf_counter() - start:.1f} s",
+    )
+    return routed
 
 
 def metrics(summary: dict) -> dict[str, float]:

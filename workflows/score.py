@@ -138,11 +138,17 @@ def _parse(inputs: list[str], s3):
     return files.map_batches(parse_files, fn_kwargs={"s3": s3}, batch_size=1, batch_format="numpy", num_cpus=0.25)
 
 
+def _in_batches(rows, batch_size: int):
+    """One block per actor call: a stage's file is read as one block, and Ray Data hands a block to
+    one actor, so without this a pool of several actors leaves all but one idle."""
+    return rows.repartition(target_num_rows_per_block=batch_size)
+
+
 def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):
     from ray.data import ActorPoolStrategy
 
     sc, (retrieval, graph) = cfg.score, settings_of(cfg)
-    return read_stage(parsed, s3).map_batches(
+    return _in_batches(read_stage(parsed, s3), sc.batch_size).map_batches(
         _GraphActor,
         batch_size=sc.batch_size,
         batch_format="pyarrow",
@@ -170,7 +176,7 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
         "corpus_snapshot": snapshot,
         "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
     }
-    return read_stage(graphs, s3).map_batches(
+    return _in_batches(read_stage(graphs, s3), sc.batch_size).map_batches(
         _InferenceActor,
         batch_size=sc.batch_size,
         batch_format="pyarrow",

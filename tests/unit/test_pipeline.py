@@ -156,3 +156,18 @@ def test_a_fever_prediction_becomes_a_row_with_the_label_as_answer():
         "supporting_facts": [{"title": "Page", "sent": 3}],
         "score": 0.7,
     }
+
+
+def test_doc_positions_find_each_id_in_its_shard_and_column_and_survive_pickling():
+    import pickle
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from xh.retrieval.candidates import DocPositions
+
+    shards = [SimpleNamespace(doc_ids=np.array(ids, dtype=object)) for ids in (["10", "2", "33"], ["4", "5"])]
+    positions = DocPositions(shards)
+    for found in (positions, pickle.loads(pickle.dumps(positions))):
+        where, cols = found.find(["5", "33", "missing", "10"])
+        assert where.tolist() == [1, 0, -1, 0] and cols.tolist()[:2] == [1, 2] and cols[3] == 0

@@ -11,7 +11,11 @@ A plan (`TaskPlan`) holds a task's inputs, one JSON-able item per question, and 
 per builder, of the function that turns a list of items into (graph rows, quarantine rows, flag
 counts). HotpotQA (`hotpot_plan`): the distractor setting reads a question file with contexts; the
 retrieval setting reads the retrieve stage's questions and candidates, and its builders load only
-the docs and links of the documents those candidates name (never the whole corpus). FEVER
+the docs and links of the documents those candidates name (never the whole corpus): before the shards
+are built, the docs and links are routed to them (`TaskPlan.route`, a join partitioned by question
+shard: one task per docs or links file reads that file once, row group by row group, and writes to
+each shard's folder the rows its questions need), so a builder reads one small folder per shard and
+neither an actor nor the driver ever scans or holds the corpus. FEVER
 (`fever_plan`): claims over the docs of `xh wiki process --format fever`. The rules of a graph are
 `xh.graph.hotpot`'s and `xh.graph.fever`'s; with a tokenizer, a shard's graphs are also encoded
 (`xh.graph.encode`) for the tokens-per-node figures.
@@ -29,8 +33,10 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, GraphsConfig
@@ -47,7 +53,7 @@ from xh.graph.hotpot import (
     read_distractor_questions,
 )
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, join, resolve
+from xh.storage import S3Settings, join, list_files, resolve
 
 # items -> (GRAPHS rows, QUARANTINE rows, counted flags)
 ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]
@@ -57,7 +63,66 @@ ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]
 class TaskPlan:
     items: list[dict]  # one per question, JSON-able, each with its 1-based input "position"
     quarantined: list[dict]  # QUARANTINE rows of input records refused before graph building
-    make_builder: Callable[[], ShardBuild]  # called once per builder (Ray actor)
+    make_builder: Callable[..., ShardBuild]  # called once per builder (Ray actor); `routed=` folder with `route`
+    route: Route | None = None  # docs and links to route to the shards before they are built
+
+
+@dataclass
+class Route:
+    """The tables whose rows a plan's shards need, routed to `<routed>/<shard_key>/{docs,links}/` first."""
+
+    tables: str
+
+    def files(self, s3: S3Settings | None = None) -> dict[str, list[str]]:
+        return {name: list_files(join(self.tables, name), s3, suffix=".parquet") for name in ("docs", "links")}
+
+
+def shard_key(items: list[dict]) -> str:
+    """The routed folder of a shard: named by its first question's position (unique within a plan)."""
+    return f"from-{items[0]['position']:09d}"
+
+
+def shard_docs(shards: list[list[dict]]) -> pa.Table:
+    """(doc_id, shard) for every document a shard's candidates name, once per shard."""
+    doc_ids, keys = [], []
+    for items in shards:
+        wanted = sorted({c["doc_id"] for item in items for c in item["candidates"]})
+        doc_ids += wanted
+        keys += [shard_key(items)] * len(wanted)
+    return pa.table({"doc_id": pa.array(doc_ids, pa.string()), "shard": pa.array(keys, pa.string())})
+
+
+def route_file(kind: str, uri: str, wanted: pa.Table, routed: str, s3: S3Settings | None = None) -> int:
+    """One docs or links file -> the rows each shard needs, as `<routed>/<shard>/<kind>/<file>.parquet`.
+
+    Docs: the shard's documents. Links: those between two documents of the same shard (the only ones
+    its graphs can use). Read a row group at a time; returns the rows written."""
+    fs, path = resolve(uri, s3)
+    reader = pq.ParquetFile(fs.open_input_file(path))
+    columns = (
+        ["doc_id", "title", "sentences"] if kind == "docs" else ["src_doc_id", "target_doc_id", "anchor", "sentence"]
+    )
+    pieces = []
+    for group in range(reader.num_row_groups):
+        table = reader.read_row_group(group, columns=columns)
+        if kind == "docs":  # joined by row number: Arrow's join carries no list column (`sentences`)
+            rows = pa.table({"doc_id": table["doc_id"], "row": pa.array(np.arange(table.num_rows))})
+            matched = rows.join(wanted, "doc_id", join_type="inner")
+            pieces.append(table.take(matched["row"]).append_column("shard", matched["shard"]))
+            continue
+        table = table.filter(pc.not_equal(table["src_doc_id"], table["target_doc_id"]))
+        table = table.join(wanted, "src_doc_id", "doc_id", join_type="inner")
+        pieces.append(table.join(wanted, ["target_doc_id", "shard"], ["doc_id", "shard"], join_type="left semi"))
+    found = pa.concat_tables(pieces) if pieces else pa.table({c: [] for c in [*columns, "shard"]})
+    name = path.rsplit("/", 1)[-1]
+    for key in pc.unique(found["shard"]).to_pylist():
+        folder = join(routed, key, kind)
+        _, out = resolve(folder, s3)
+        fs.create_dir(out, recursive=True)
+        pq.write_table(
+            found.filter(pc.equal(found["shard"], key)).drop_columns(["shard"]), f"{out}/{name}", filesystem=fs
+        )
+    return found.num_rows
 
 
 def make_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Settings | None = None) -> TaskPlan:
@@ -93,12 +158,17 @@ def _distractor_builder(settings: GraphsConfig, source: str) -> ShardBuild:
     return build
 
 
-def _retrieval_builder(
-    tables: str, doc_ids: list[str], settings: GraphsConfig, s3: S3Settings | None, source: str
-) -> ShardBuild:
-    builder = HotpotGraphBuilder.load(tables, doc_ids, settings, s3)
-
+def _retrieval_builder(settings: GraphsConfig, s3: S3Settings | None, source: str, routed: str) -> ShardBuild:
     def build(items: list[dict]):
+        # this shard's docs and links only, routed to its folder (`route_file`); a shard none of whose
+        # documents exist has no folder
+        folder = join(routed, shard_key(items))
+        fs, path = resolve(folder, s3)
+        doc_ids = {c["doc_id"] for item in items for c in item["candidates"]}
+        if fs.get_file_info(f"{path}/docs").type.name == "NotFound":
+            builder = HotpotGraphBuilder({}, {}, settings)
+        else:
+            builder = HotpotGraphBuilder.load(folder, doc_ids, settings, s3)
         questions = [i["question"] for i in items]
         outcomes = builder.build_many(questions, {i["question"]["qid"]: i["candidates"] for i in items})
         return _outcome_rows(items, outcomes, source)
@@ -136,11 +206,11 @@ def hotpot_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Setti
     by_qid: dict[str, list[dict]] = {}
     for row in candidates.to_pylist():
         by_qid.setdefault(row["qid"], []).append(row)
-    doc_ids = sorted(set(candidates["doc_id"].to_pylist()))
     items = [
         {"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)
     ]
-    return TaskPlan(items, [], partial(_retrieval_builder, tables, doc_ids, settings, s3, join(retrieval, "questions")))
+    builder = partial(_retrieval_builder, settings, s3, join(retrieval, "questions"))
+    return TaskPlan(items, [], builder, route=Route(tables))
 
 
 # --- FEVER -----------------------------------------------------------------------------------

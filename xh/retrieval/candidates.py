@@ -25,6 +25,8 @@ paper); the index is read by `xh.retrieval.index.load_index`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -58,6 +60,41 @@ class Passages:
         return [passage_text(self._titles[r].as_py(), self._texts[r].as_py()) for r in rows]
 
 
+class DocPositions:
+    """Doc id -> (shard, column) over all shards, in about 16 bytes a document (a dict of them took ~200:
+    a query actor at millions of documents held more in it than in the BM25 weights). Ids are found by
+    their hash (sorted, binary search) and checked against the shard's own id, so a collision costs a
+    few extra comparisons, never a wrong document."""
+
+    def __init__(self, shards: Sequence[BM25Shard]):
+        self.shards = shards
+        # str hashes are salted per process: this lookup is built and used in the same one
+        hashes = np.fromiter(
+            (hash(d) for s in shards for d in s.doc_ids), np.int64, sum(len(s.doc_ids) for s in shards)
+        )
+        where = np.concatenate([np.full(len(s.doc_ids), k, np.int32) for k, s in enumerate(shards)] or [[]])
+        cols = np.concatenate([np.arange(len(s.doc_ids), dtype=np.int32) for s in shards] or [[]])
+        order = np.argsort(hashes, kind="stable")
+        self.hashes, self.where, self.cols = hashes[order], where[order].astype(np.int32), cols[order].astype(np.int32)
+
+    def __reduce__(self):  # rebuilt where unpickled: another process salts its hashes differently
+        return DocPositions, (self.shards,)
+
+    def find(self, doc_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(shard, column) per id; shard -1 for an id in no shard."""
+        where, cols = np.full(len(doc_ids), -1, np.int32), np.zeros(len(doc_ids), np.int32)
+        for i, doc_id in enumerate(doc_ids):
+            h = hash(doc_id)
+            k = int(np.searchsorted(self.hashes, h))
+            while k < len(self.hashes) and self.hashes[k] == h:
+                shard, col = int(self.where[k]), int(self.cols[k])
+                if self.shards[shard].doc_ids[col] == doc_id:
+                    where[i], cols[i] = shard, col
+                    break
+                k += 1
+        return where, cols
+
+
 class Retriever:
     """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph,
     and, when `settings.reranker` names one, the re-ranker with the docs' texts."""
@@ -78,10 +115,7 @@ class Retriever:
         self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
-        # doc id -> (shard, column), to score given documents for expansion
-        self._where = {
-            doc_id: (s, col) for s, shard in enumerate(shards) for col, doc_id in enumerate(shard.doc_ids.tolist())
-        }
+        self._where = DocPositions(shards)  # doc id -> (shard, column), to score given documents for expansion
 
     @classmethod
     def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
@@ -107,15 +141,15 @@ class Retriever:
     def score_docs(self, terms: list[str], doc_ids: list[str]) -> np.ndarray:
         """BM25 scores of the given documents for one analyzed query (0 for documents not indexed)."""
         scores = np.zeros(len(doc_ids), dtype=np.float64)
+        where, cols = self._where.find(doc_ids)
         for s, shard in enumerate(self.shards):
-            picks = [(i, self._where[d][1]) for i, d in enumerate(doc_ids) if self._where.get(d, (-1,))[0] == s]
+            at = np.flatnonzero(where == s)
             rows = [shard.term_rows[t] for t in terms if t in shard.term_rows]
-            if not picks or not rows:
+            if not len(at) or not rows:
                 continue
-            at, cols = zip(*picks)
             # repeated query terms count again, as in rank-bm25's sum over query tokens
-            sub = shard.weights[rows][:, list(cols)]
-            scores[list(at)] = np.asarray(sub.sum(axis=0)).ravel()
+            sub = shard.weights[rows][:, cols[at]]
+            scores[at] = np.asarray(sub.sum(axis=0)).ravel()
         return scores
 
     def rerank_scores(self, question: str, doc_ids: list[str]) -> np.ndarray:

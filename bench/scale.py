@@ -1,0 +1,315 @@
+"""Benchmark: every stage at growing corpus sizes: time, throughput per core, memory, bytes written, growth.
+
+    .venv/bin/python bench/scale.py --docs 100000 300000 1000000 --questions 10000
+    .venv/bin/python bench/scale.py --docs 10000 30000 --questions 1000 --score-questions 200   # quick
+
+For each N, a generated world of N documents (`xh.synth`, written shard by shard by Ray tasks, never
+whole in memory) goes through the stages' own drivers on one local Ray cluster of `--num-cpus` CPUs:
+
+    synth     workflows.synth.run      the world: wiki dump shards + Q questions
+    wiki      workflows.wiki.run       dump -> docs / links / redirects / anchors / quarantine
+    index     retrieve.build_index     docs -> the sharded BM25 index (`--shards`)
+    retrieve  retrieve.run_candidates  Q questions -> candidates (BM25, entity links, expansion)
+    graphs    graphs.build             candidates -> one evidence graph per question
+    score     score.run                `--score-questions` new questions -> retrieval, graphs, the XH model
+                                       (an untrained MiniLM XH, registered first: speed does not depend
+                                       on the weights) -> predictions
+
+Per stage and N: seconds; items (docs or questions) per second per core; peak RSS of the driver and of
+the largest Ray worker, sampled with /proc every 0.2 s while the stage runs; bytes the stage wrote.
+Across N: each stage's growth exponent (slope of log seconds against log N, least squares; 1.0 is
+linear) and of its largest worker's peak RSS. The index: bytes per shard on disk and in memory, per
+document, and the shards 5.23M documents (HotpotQA's Wikipedia) need for a shard to stay under
+`--shard-budget-gib` in memory. Prints one JSON line per N as it finishes, then one summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HOTPOT_WIKI_DOCS = 5_233_329  # abstracts in HotpotQA's processed Wikipedia
+RESULT = "scale-result "  # the line a one-size child process hands its figures back on
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of a process (Linux /proc; 0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """pid -> command line's first word, of every process under `root` (Ray's workers are under its raylet)."""
+    parent, title = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title[int(entry)] = f.read().split(b"\0")[0].decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    under, frontier = {}, [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in under]
+        under.update({pid: title.get(pid, "") for pid in frontier})
+    return under
+
+
+class PeakRSS:
+    """Samples the RSS of this process and of every Ray worker process under it while in use."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.driver, self.worker, self.worker_name = every, 0, 0, ""
+        self._stop = threading.Event()
+
+    def _sample(self) -> None:
+        me = os.getpid()
+        while True:
+            self.driver = max(self.driver, _rss(me))
+            for pid, title in _descendants(me).items():
+                if not (title.startswith("ray::") or "default_worker.py" in title):
+                    continue  # gcs_server, raylet, dashboard: Ray's own processes, not the stage's
+                rss = _rss(pid)
+                if rss > self.worker:
+                    self.worker, self.worker_name = rss, title.split()[0]
+            if self._stop.wait(self.every):
+                return
+
+    def __enter__(self) -> PeakRSS:
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def folder_bytes(*folders: Path) -> int:
+    return sum(f.stat().st_size for folder in folders if folder.exists() for f in folder.rglob("*") if f.is_file())
+
+
+def mib(n: int) -> float:
+    return round(n / 2**20, 1)
+
+
+def register_model(base: list[str], work: Path, backbone: str) -> None:
+    """An untrained XH model on `backbone`, registered as `xh-scale@champion` (signature from the built graphs)."""
+    import mlflow
+
+    from xh.config import load_config
+    from xh.model import XHModel
+    from xh.registry import log_and_register
+    from xh.tracking import configure
+
+    cfg = load_config(None, base)
+    XHModel.from_backbone(cfg.model).save_pretrained(work / "model")
+    configure(cfg.mlflow)
+    with mlflow.start_run() as run:
+        pass
+    log_and_register(
+        str(work / "model"), run_id=run.info.run_id, cfg=cfg, metrics={}, graphs_uri=str(work / "graphs" / "hotpot")
+    )
+    mlflow.MlflowClient().set_registered_model_alias("xh-scale", "champion", "1")
+
+
+def index_figures(work: Path, num_docs: int, shard_budget: float) -> dict:
+    """The index's bytes per shard on disk and in memory, and the shards HotpotQA's Wikipedia needs."""
+    from xh.retrieval.index import load_index, read_manifest
+
+    index = str(work / "index" / "bm25")
+    manifest = read_manifest(index)
+    shards = load_index(index)
+    disk = [folder_bytes(work / "index" / "bm25" / s["path"]) for s in manifest["shards"]]
+    memory = [s.memory_bytes() for s in shards]
+    per_doc = sum(memory) / num_docs
+    return {
+        "shards": len(shards),
+        "disk_mib_per_shard": [mib(b) for b in disk],
+        "memory_mib_per_shard": [mib(b) for b in memory],
+        "disk_bytes_per_doc": round(sum(disk) / num_docs, 1),
+        "memory_bytes_per_doc": round(per_doc, 1),
+        "shards_for_hotpot_wikipedia": math.ceil(HOTPOT_WIKI_DOCS * per_doc / shard_budget),
+    }
+
+
+def one_size(args, num_docs: int, backbone: str) -> dict:
+    import ray
+
+    from workflows import graphs, retrieve, score, synth, wiki
+    from xh.config import load_config
+
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        work = Path(tmp)
+        questions_file = work / "world" / "hotpot" / "questions.json"
+        base = [
+            f"storage.root={work}",
+            f"ray.num_cpus={args.num_cpus}",
+            f"mlflow.tracking_uri=sqlite:///{work / 'mlflow.db'}",
+            f"mlflow.artifact_location={work / 'artifacts'}",
+            f"synth.num_docs={num_docs}",
+            f"synth.num_questions={args.questions}",
+            "synth.num_claims=0",
+            "synth.fever_pages=false",
+            f"synth.docs_per_shard={args.docs_per_shard}",
+            f"wiki.inputs=[{work / 'world' / 'wiki'}]",
+            f"retrieve.shards={args.shards}",
+            f"retrieve.questions={questions_file}",
+            f"model.backbone={backbone}",
+            "model.max_node_tokens=128",
+            "train.register_as=xh-scale",
+            f"score.input={work / 'incoming'}",
+            "score.model=models:/xh-scale@champion",
+            *args.set,
+        ]
+        cfg = load_config(None, base)
+        ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+
+        def score_input():
+            questions = json.loads(questions_file.read_text())[: args.score_questions]
+            (work / "incoming").mkdir()
+            (work / "incoming" / "questions.jsonl").write_text(
+                "".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions)
+            )
+            register_model(base, work, backbone)
+
+        stages = [
+            ("synth", lambda: synth.run(cfg), num_docs, ["world"]),
+            ("wiki", lambda: wiki.run(cfg), num_docs, ["tables"]),
+            ("index", lambda: retrieve.build_index(cfg), num_docs, ["index"]),
+            ("retrieve", lambda: retrieve.run_candidates(cfg), args.questions, ["retrieval"]),
+            ("graphs", lambda: graphs.build(cfg), args.questions, ["graphs"]),
+            ("score", lambda: score.run(cfg), args.score_questions, ["predictions"]),
+        ]
+        out: dict = {"docs": num_docs, "questions": args.questions, "stages": {}}
+        for name, fn, items, folders in stages:
+            if name == "score":
+                score_input()
+            before = folder_bytes(*(work / f for f in folders))
+            with PeakRSS() as rss:
+                start = time.perf_counter()
+                fn()
+                seconds = time.perf_counter() - start
+            out["stages"][name] = {
+                "seconds": round(seconds, 2),
+                "items": items,
+                "per_s_per_core": round(items / seconds / args.num_cpus, 1),
+                "driver_peak_mib": mib(rss.driver),
+                "worker_peak_mib": mib(rss.worker),
+                "largest_worker": rss.worker_name,
+                "written_mib": mib(folder_bytes(*(work / f for f in folders)) - before),
+            }
+            print(f"[scale] N={num_docs:,} {name}: {out['stages'][name]}", flush=True)
+        out["index"] = index_figures(work, num_docs, args.shard_budget_gib * 2**30)
+        ray.shutdown()
+    return out
+
+
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    """Least-squares slope of log y on log x (None with fewer than two sizes)."""
+    if len(xs) < 2:
+        return None
+    lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return round(sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx), 2)
+
+
+def markdown(results: list[dict]) -> str:
+    """The per-stage figures of every size as one Markdown table (the README's)."""
+    lines = [
+        "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB | written MiB |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        for name, f in r["stages"].items():
+            lines.append(
+                f"| {r['docs']:,} | {name} | {f['seconds']} | {f['per_s_per_core']} | {f['driver_peak_mib']} "
+                f"| {f['worker_peak_mib']} | {f['written_mib']} |"
+            )
+    return "\n".join(lines)
+
+
+def without_docs(argv: list[str]) -> list[str]:
+    """The command line less `--docs N [N ...]`."""
+    out, skipping = [], False
+    for a in argv:
+        skipping = a == "--docs" or (skipping and not a.startswith("-"))
+        if not skipping:
+            out.append(a)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    parser.add_argument("--questions", type=int, default=10_000, help="questions retrieved and made into graphs")
+    parser.add_argument("--score-questions", type=int, default=1000, help="of those, questions batch-scored")
+    parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=4, help="BM25 index shards")
+    parser.add_argument("--docs-per-shard", type=int, default=10_000, help="pages per generated dump shard")
+    parser.add_argument("--shard-budget-gib", type=float, default=2.0, help="memory one index shard may take")
+    parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
+    parser.add_argument("--work", default=None, help="folder for the worlds (default: the system's temporary one)")
+    parser.add_argument("--set", action="append", default=[], help="extra config overrides, a.b=c (repeatable)")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # one size, in this process
+    args = parser.parse_args()
+    if args.one:
+        from xh.backbones import resolve_backbone
+
+        print(RESULT + json.dumps(one_size(args, args.docs[0], resolve_backbone(args.backbone))), flush=True)
+        return
+    results = []
+    for n in sorted(args.docs):
+        # one process per size: a driver's peak RSS is its own, not left over from a smaller size
+        argv = without_docs(sys.argv[1:])
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", "--docs", str(n), *argv], stdout=subprocess.PIPE, text=True
+        )
+        lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+        print("\n".join(line for line in done.stdout.splitlines() if not line.startswith(RESULT)), flush=True)
+        if done.returncode or not lines:
+            raise SystemExit(f"size {n}: the run failed (exit {done.returncode})")
+        results.append(json.loads(lines[-1][len(RESULT) :]))
+        print(json.dumps({"name": "scale", **results[-1]}), flush=True)
+    sizes = [r["docs"] for r in results]
+    growth = {
+        stage: {
+            "seconds": slope(sizes, [r["stages"][stage]["seconds"] for r in results]),
+            "worker_peak": slope(sizes, [r["stages"][stage]["worker_peak_mib"] for r in results]),
+            "driver_peak": slope(sizes, [r["stages"][stage]["driver_peak_mib"] for r in results]),
+        }
+        for stage in results[0]["stages"]
+    }
+    print(markdown(results), flush=True)
+    print(
+        json.dumps(
+            {
+                "name": "scale_summary",
+                "docs": sizes,
+                "questions": args.questions,
+                "score_questions": args.score_questions,
+                "num_cpus": args.num_cpus,
+                "growth_exponent": growth,
+                "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
