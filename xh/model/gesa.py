@@ -240,7 +240,9 @@ def typed_hop_graph(batch, isolated_nodes: str, relations: HubRelations | None =
     if relations is not None:
         if tokenizer is None:
             raise ValueError("model.hub_relations needs the model's tokenizer (its separator token)")
-        labels = hub_relation_labels(batch.input_ids, batch.token_type_ids, batch.attention_mask, tokenizer.sep_token_id)
+        labels = hub_relation_labels(
+            batch.input_ids, batch.token_type_ids, batch.attention_mask, tokenizer.sep_token_id
+        )
         relations.labels = hub_label_matrix(labels)
     return graph
 

@@ -140,7 +140,9 @@ class XHModel(nn.Module):
         if self.cfg.hop_variant == "gesa":
             from xh.model.gesa import typed_hop_graph
 
-            graph = typed_hop_graph(batch, self.cfg.isolated_nodes, getattr(self, "hub_relations", None), self.tokenizer)
+            graph = typed_hop_graph(
+                batch, self.cfg.isolated_nodes, getattr(self, "hub_relations", None), self.tokenizer
+            )
         else:
             graph = HopGraph.build(batch.edges, batch.num_nodes, self.cfg.isolated_nodes)
         self._graph = graph if self.hop_steps else None
