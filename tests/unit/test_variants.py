@@ -194,3 +194,5 @@ def test_the_corpus_cache_encodes_a_paragraph_once_and_persists_per_folder(tiny_
     assert reopened.encoded == 0
     model.train()  # the weights may change from here: nothing stale is kept in memory
     assert len(model.corpus_cache) == 0
+    model.predict_rows(rows)  # as training's dev evaluation calls it: in train mode, cache emptied after
+    assert model.training and len(model.corpus_cache) == 0

@@ -862,16 +862,22 @@ class DocHopper(nn.Module):
     def predict_rows(self, rows: Sequence[dict], batch_size: int = 8) -> list[dict]:
         """`graphs` rows -> predictions with XH's keys (`xh.model.decode`), in order. Paragraph embeddings
         come from `corpus_cache`; the paragraphs it does not hold are encoded (once) and added to it."""
-        examples = self.prepare(rows)
-        paragraphs = {
-            (d, title, tuple(sentences)): None
-            for e in examples
-            for d, title, sentences in zip(e.doc_ids, e.titles, e.sentences)
-        }
-        stored = self.corpus_cache.lookup(self, [(title, list(sentences)) for _, title, sentences in paragraphs])
-        corpus = {d: embedding for (d, _, _), embedding in zip(paragraphs, stored)}
-        self.corpus_cache.flush()
-        return [{k: p[k] for k in PREDICTION_KEYS} for p in self.predict(examples, corpus, batch_size)]
+        was_training = self.training
+        self.eval()  # from here to the end: the cache must outlive the encoders' train/eval switches
+        try:
+            examples = self.prepare(rows)
+            paragraphs = {
+                (d, title, tuple(sentences)): None
+                for e in examples
+                for d, title, sentences in zip(e.doc_ids, e.titles, e.sentences)
+            }
+            stored = self.corpus_cache.lookup(self, [(title, list(sentences)) for _, title, sentences in paragraphs])
+            corpus = {d: embedding for (d, _, _), embedding in zip(paragraphs, stored)}
+            self.corpus_cache.flush()
+            predictions = self.predict(examples, corpus, batch_size)
+        finally:
+            self.train(was_training)  # back to training empties the cache: the weights change next
+        return [{k: p[k] for k in PREDICTION_KEYS} for p in predictions]
 
 
 PREDICTION_KEYS = (
