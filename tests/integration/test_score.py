@@ -406,14 +406,10 @@ def typed_graphs(scoring_world) -> str:
     return str(out / "graphs" / "hotpot")
 
 
-@pytest.mark.parametrize("variant", ["model.hop_variant=gesa", "model.architecture=dochopper"])
-def test_each_variant_trains_registers_promotes_and_batch_scores_with_the_xh_commands(
-    variant, scoring_world, typed_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path
-):
-    from workflows import score, train
-    from xh.graph.store import read_eval_set
-    from xh.registry import promote
-    from xh.storage import list_files, open_output
+@pytest.fixture(scope="module", params=["model.hop_variant=gesa", "model.architecture=dochopper"])
+def trained_variant(request, typed_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path_factory):
+    """Each variant trained (2 steps) and registered by the same driver and settings as XH."""
+    from workflows import train
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-variant-{uuid.uuid4().hex[:6]}"
@@ -421,13 +417,13 @@ def test_each_variant_trains_registers_promotes_and_batch_scores_with_the_xh_com
         load_config(
             None,
             [
-                f"storage.root={tmp_path}",
+                f"storage.root={tmp_path_factory.mktemp('variant')}",
                 f"ray.address={ray_cluster.address}",
                 f"mlflow.tracking_uri={mlflow_server}",
                 "mlflow.experiment=variant-tests",
                 f"model.backbone={tiny_backbone}",
                 "model.max_node_tokens=64",
-                variant,
+                request.param,
                 f"train.graphs={typed_graphs}",
                 "train.workers=1",
                 "train.batch_graphs=2",
@@ -439,22 +435,36 @@ def test_each_variant_trains_registers_promotes_and_batch_scores_with_the_xh_com
             ],
         )
     )
-    assert summary["step"] == 2 and summary["registered"]["version"] == 1
+    architecture = "dochopper" if "dochopper" in request.param else "xh"
+    return {"name": name, "summary": summary, "architecture": architecture}
+
+
+def test_each_variant_trains_registers_with_its_flavour_and_is_promoted(trained_variant, typed_graphs, mlflow_server):
+    from xh.graph.store import read_eval_set
+    from xh.registry import promote
+
+    name, architecture = trained_variant["name"], trained_variant["architecture"]
+    assert trained_variant["summary"]["step"] == 2 and trained_variant["summary"]["registered"]["version"] == 1
+    mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
     tags = client.get_model_version(name, "1").tags
-    architecture = "dochopper" if "dochopper" in variant else "xh"
     assert tags["architecture"] == architecture and (architecture == "dochopper" or tags["hop_variant"] == "gesa")
 
     decision = promote(name, read_eval_set(typed_graphs)[:8], metric="f1", floor=0.0)
     assert decision["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
 
+
+def test_each_variant_batch_scores_with_the_xh_command(trained_variant, scoring_world, mlflow_server, s3_endpoint):
+    from workflows import score
+    from xh.storage import list_files, open_output
+
+    name, architecture = trained_variant["name"], trained_variant["architecture"]
+    mlflow.set_tracking_uri(mlflow_server)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
     incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
     with open_output(f"{incoming}/2026-11-23.jsonl") as out:
-        out.write(
-            "".join(
-                json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in scoring_world["questions"][:6]
-            ).encode()
-        )
+        questions = scoring_world["questions"][:6]
+        out.write("".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions).encode())
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
     scored = score.run(
         load_config(
@@ -479,9 +489,5 @@ def test_each_variant_trains_registers_promotes_and_batch_scores_with_the_xh_com
         format="parquet",
     ).to_table()
     assert table.num_rows == scored["predictions"] and all(isinstance(a, str) for a in table["answer"].to_pylist())
-    cached = (
-        list_files(f"{output}/_cache/{name}-v1", s3_endpoint, suffix=".safetensors")
-        if architecture == "dochopper"
-        else []
-    )
-    assert bool(cached) == (architecture == "dochopper")  # DocHopper's paragraph embeddings, per corpus snapshot
+    if architecture == "dochopper":  # its paragraph embeddings, stored per model version and corpus snapshot
+        assert list_files(f"{output}/_cache/{name}-v1", s3_endpoint, suffix=".safetensors")
