@@ -1,27 +1,27 @@
-"""Benchmark: Transformer-XH and two related systems trained on the same distractor graphs.
+"""Benchmark: Transformer-XH, GESA and DocHopper trained and scored on the same distractor graphs.
 
-    .venv/bin/python bench/variants.py --tiny                    # random 2 x 64 BERT: a quick check of the script
-    .venv/bin/python bench/variants.py                           # all-MiniLM-L6-v2, a few steps each
-    .venv/bin/python bench/variants.py --steps 200 --dev 100 --batch 4 --max-node-tokens 256   # on a real machine
+    .venv/bin/python bench/variants.py --tiny --steps 2 --dev 4     # random 3 x 64 BERT: a quick check of the script
+    nice -n 10 .venv/bin/python bench/variants.py --steps 60 --dev 40 --seeds 0,1,2   # all-MiniLM-L6-v2 on a CPU
 
-Data: HotpotQA distractor graphs (`xh.graph.hotpot.distractor_graphs`, default edge mode) of
-`--hotpot` (default ../shared/data's 500-question sample): questions 0-399 train, 400-499 dev; each
-system trains `--steps` optimizer steps on the first `--train` training questions (cycled, same order)
-and is scored on the first `--dev` dev questions with the project's official metrics
-(`xh.eval.hotpot.evaluate_hotpot`). One JSON line per system:
+Data (`--data`): `hotpot`, HotpotQA distractor graphs (`xh.graph.hotpot.distractor_graphs`) of `--hotpot`
+(default ../shared/data's 500-question sample): questions 0-399 train, 400-499 dev; `world`, a generated
+world's questions (`xh.synth`, distractor contexts), the first 80% train. Each system trains `--steps`
+optimizer steps on the training questions (cycled, same order), then is scored on the first `--dev` dev
+questions with the project's official metrics (`xh.eval.hotpot.evaluate_hotpot`). Systems (`--systems`):
 
-    xh_k3       Transformer-XH, hop attention after the last 3 layers (paper Eq. 7-9)
-    xh_k0       the same heads on the plain backbone (no hop attention)
-    gesa        XH with GESA-style typed hop attention (`xh.model.gesa`): typed edges from `typed_edges`,
-                hub-to-hub q/k/v copied from each layer's pretrained attention, zero type vectors at start
-    dochopper   DocHopper (`xh.model.dochopper`): question-free paragraph encoding, 4 hops, reader rerank
+    xh_k3, xh_k1, xh_k0      Transformer-XH, hop attention after the last K layers (K = 0: the plain backbone)
+    gesa_k3, gesa_k1         `model.hop_variant: gesa` on the same graphs as `graphs.edge_mode: typed` stores
+                             them (typed edges; hub-to-hub q/k/v copied from the layer; zero type vectors at start)
+    dochopper_h4, _h2        DocHopper (`xh.model.dochopper`): 4 hops (paragraph, sentence) x 2, or 2 (one evidence)
 
-Fields: em, f1, sp_f1, joint_f1 on the dev questions; train_tokens_per_s (real tokens the backbone
-read per second of training step, forward + backward + optimizer); infer_questions_per_s. DocHopper's
+One JSON line per (data, seed, system), also logged as an MLflow run of `--experiment` (params and
+metrics; `--mlflow`, default a SQLite file in the working folder), then a Markdown table of mean ± std
+over the seeds. Fields: em, f1, sp_em, sp_f1, joint_f1; train_tokens_per_s (real tokens the backbone
+read per second of training step: forward, backward, optimizer); infer_questions_per_s. DocHopper's
 paragraphs are encoded once per corpus (`encode_corpus`, timed alone: corpus_encode_s), then its
 questions are answered from the stored embeddings (infer_questions_per_s; with the encoding included:
 infer_questions_per_s_with_corpus). A few steps on a CPU say that every system trains and scores on
-the same data, and what each costs; they say little about accuracy.
+the same data and what each costs; they say little about accuracy at full budget.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
 DEFAULT_HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_train_sample500.json"
 TRAIN_END = 400  # questions [0, 400) train, [400, 500) dev
@@ -62,17 +61,15 @@ def tiny_backbone(folder: Path) -> str:
     return str(folder)
 
 
-def load_rows(path: str) -> tuple[list[dict], list[dict]]:
-    from xh.graph.hotpot import (
-        GraphSettings,
-        distractor_graphs,
-        read_distractor_questions,
-    )
+def load_rows(path: str, train_end: int = TRAIN_END, edge_mode: str = "hyperlink") -> tuple[list[dict], list[dict]]:
+    """(train, dev) graph rows built by the project's graph builder in the distractor setting."""
+    from xh.config import GraphsConfig
+    from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 
     items, _ = read_distractor_questions(path)
-    outcomes = distractor_graphs(items, GraphSettings())
-    train = [o.graph for item, o in zip(items, outcomes) if o.graph is not None and item.position <= TRAIN_END]
-    dev = [o.graph for item, o in zip(items, outcomes) if o.graph is not None and item.position > TRAIN_END]
+    outcomes = distractor_graphs(items, GraphsConfig(setting="distractor", edge_mode=edge_mode))
+    train = [o.graph for item, o in zip(items, outcomes) if o.graph is not None and item.position <= train_end]
+    dev = [o.graph for item, o in zip(items, outcomes) if o.graph is not None and item.position > train_end]
     return train, dev
 
 
@@ -81,95 +78,24 @@ def scores(rows: list[dict], predictions: list[dict]) -> dict:
     from xh.inference import hotpot_gold, hotpot_prediction_file
 
     metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
-    return {k: round(metrics[k], 4) for k in ("em", "f1", "sp_f1", "joint_f1")}
+    return {k: round(float(metrics[k]), 4) for k in ("em", "f1", "sp_em", "sp_f1", "joint_f1")}
 
 
 # --- XH and GESA ----------------------------------------------------------------------------------------
 
 
-def gesa_model(cfg, backbone: str):
-    """An XHModel whose hop steps are GESAHopSteps; the batch's edge types go in `model.edge_types`.
-
-    This is the bench's own wiring (the coordinator wires `hop_variant: typed` into XHModel itself)."""
-    from transformers import AutoModel
-
-    from xh.model import XHModel, load_tokenizer
-    from xh.model.gesa import GESAHopStep, TypedHopGraph, self_attention_projections
-    from xh.model.hop import attach_hop_steps, find_encoder_layers
-
-    class GESAXH(XHModel):
-        def __init__(self, cfg, encoder, tokenizer):
-            super().__init__(cfg.model_copy(update={"hop_layers": 0}), encoder, tokenizer)
-            config, layers = encoder.config, find_encoder_layers(encoder)
-            self.hop_steps = nn.ModuleList(
-                GESAHopStep(
-                    config.hidden_size,
-                    cfg.hop_heads or config.num_attention_heads,
-                    dropout=cfg.hop_dropout,
-                    fusion_init=cfg.hop_fusion_init,
-                    initializer_range=config.initializer_range,
-                )
-                for _ in range(cfg.hop_layers)
-            )
-            first = len(layers) - cfg.hop_layers
-            for i, step in enumerate(self.hop_steps):  # GESA §4.1: W^Q_e2e (and the shared W^K, W^V) from the layer
-                step.copy_pretrained(**self_attention_projections(layers[first + i]))
-            attach_hop_steps(layers, self.hop_steps, self._current_graph)
-            self.edge_types: torch.Tensor | None = None
-
-        def _encode(self, batch):
-            graph = TypedHopGraph.build(batch.edges, self.edge_types, batch.num_nodes, self.cfg.isolated_nodes)
-            self._graph = graph
-            try:
-                out = self.backbone(
-                    input_ids=batch.input_ids,
-                    attention_mask=batch.attention_mask,
-                    token_type_ids=batch.token_type_ids if self._use_token_types else None,
-                )
-            finally:
-                self._graph = None
-            return out.last_hidden_state, graph
-
-    encoder = AutoModel.from_pretrained(backbone, attn_implementation=cfg.attn_implementation, dtype=torch.float32)
-    return GESAXH(cfg, encoder, load_tokenizer(backbone))
-
-
-def typed_rows(rows: list[dict]) -> tuple[list[dict], dict[str, np.ndarray]]:
-    """Rows whose edges are the typed edges (as `graphs.edge_mode: typed` would store them), and their types."""
-    from xh.model.gesa import edge_type_ids, typed_edges
-
-    out, types = [], {}
-    for row in rows:
-        typed = typed_edges(row["edges"], [n["source"] for n in row["nodes"]], row["question_type"])
-        out.append(row | {"edges": [{"src": e["src"], "dst": e["dst"]} for e in typed]})
-        types[row["qid"]] = edge_type_ids(typed)
-    return out, types
-
-
-def run_xh(
-    name: str, args, backbone: str, train_rows: list[dict], dev_rows: list[dict], hop_layers: int, gesa: bool
-) -> dict:
+def run_xh(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], hop_layers: int, variant: str) -> dict:
+    """XH (`variant` paper) or GESA (`variant` gesa: `model.hop_variant: gesa`; the rows of edge mode typed)."""
     from xh.config import ModelConfig
     from xh.graph.encode import encode_graph
     from xh.model import XHModel, collate, decode
 
-    cfg = ModelConfig(backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens)
+    cfg = ModelConfig(
+        backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens, hop_variant=variant
+    )
     torch.manual_seed(args.seed)
-    types: dict[str, np.ndarray] = {}
-    if gesa:
-        model = gesa_model(cfg, backbone)
-        train_rows, train_types = typed_rows(train_rows)
-        dev_rows, dev_types = typed_rows(dev_rows)
-        types = train_types | dev_types
-    else:
-        model = XHModel.from_backbone(cfg)
+    model = XHModel.from_backbone(cfg)
     tokenizer = model.tokenizer
-
-    def batch_of(graphs):
-        batch = collate(graphs)
-        if gesa:
-            model.edge_types = torch.from_numpy(np.concatenate([types[g.qid] for g in graphs]))
-        return batch
 
     train_graphs = [encode_graph(r, tokenizer, args.max_node_tokens) for r in train_rows[: args.train]]
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
@@ -177,7 +103,7 @@ def run_xh(
     tokens, seconds = 0, 0.0
     for step in range(args.steps):
         graphs = [train_graphs[(step * args.batch + i) % len(train_graphs)] for i in range(args.batch)]
-        batch = batch_of(graphs)
+        batch = collate(graphs)
         start = time.perf_counter()
         out = model(batch)
         out.loss.backward()
@@ -192,14 +118,12 @@ def run_xh(
     predictions = []
     for first in range(0, len(dev), args.eval_batch):
         graphs = [encode_graph(r, tokenizer, args.max_node_tokens) for r in dev[first : first + args.eval_batch]]
-        batch = batch_of(graphs)
+        batch = collate(graphs)
         with torch.inference_mode():
             out = model(batch)
         predictions.extend(decode(graphs, batch, out, cfg.max_answer_tokens))
     infer = time.perf_counter() - start
     return {
-        "system": name,
-        "steps": args.steps,
         **scores(dev, predictions),
         "train_tokens_per_s": round(tokens / seconds, 1),
         "infer_questions_per_s": round(len(dev) / infer, 3),
@@ -209,11 +133,16 @@ def run_xh(
 # --- DocHopper ------------------------------------------------------------------------------------------
 
 
-def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[dict]) -> dict:
+def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], hops: int) -> dict:
     from xh.model.dochopper import DocHopper, DocHopperConfig
 
     torch.manual_seed(args.seed)
-    model = DocHopper.from_backbone(DocHopperConfig(backbone=backbone, max_paragraph_tokens=args.max_node_tokens))
+    kinds = ("paragraph", "sentence") * (hops // 2)
+    lambdas = DocHopperConfig.evidence_lambdas[: hops // 2]
+    cfg = DocHopperConfig(
+        backbone=backbone, max_paragraph_tokens=args.max_node_tokens, hops=kinds, evidence_lambdas=lambdas
+    )
+    model = DocHopper.from_backbone(cfg)
     examples = model.prepare(train_rows[: args.train])
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     model.train()
@@ -238,8 +167,6 @@ def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[di
     predictions = model.predict(dev_examples, corpus, batch_size=args.eval_batch)
     infer = time.perf_counter() - start
     return {
-        "system": "dochopper",
-        "steps": args.steps,
         **scores(dev, predictions),
         "train_tokens_per_s": round(tokens / seconds, 1),
         "infer_questions_per_s": round(len(dev) / infer, 3),
@@ -249,12 +176,66 @@ def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[di
     }
 
 
+SYSTEMS = {  # name -> (kind, K or hops)
+    "xh_k3": ("paper", 3),
+    "xh_k1": ("paper", 1),
+    "xh_k0": ("paper", 0),
+    "gesa_k3": ("gesa", 3),
+    "gesa_k1": ("gesa", 1),
+    "dochopper_h4": ("dochopper", 4),
+    "dochopper_h2": ("dochopper", 2),
+}
+
+
+def world_questions(folder: Path, num_questions: int) -> str:
+    """A generated world's HotpotQA-format question file (distractor contexts), `xh.synth`."""
+    from xh import synth
+
+    synth.write_world(
+        synth.WorldSpec(num_docs=2000, seed=7),
+        synth.output_under(str(folder)),
+        docs_per_shard=1000,
+        num_questions=num_questions,
+        num_claims=0,
+    )
+    return str(folder / "hotpot" / "questions.json")
+
+
+def log_run(args, result: dict) -> None:
+    """One MLflow run per (data, system, seed) in one experiment: the UI compares them side by side."""
+    import mlflow
+
+    with mlflow.start_run(run_name=f"{result['data']}-{result['system']}-s{result['seed']}"):
+        mlflow.log_params({k: v for k, v in result.items() if not isinstance(v, float) or k == "lr"})
+        mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
+
+
+def summary_table(results: list[dict]) -> str:
+    """Markdown: mean ± sample std over seeds per (data, system)."""
+    keys = ["em", "f1", "sp_em", "sp_f1", "joint_f1", "train_tokens_per_s", "infer_questions_per_s"]
+    lines = ["| data | system | seeds | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 3)]
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["data"], r["system"]), []).append(r)
+    for (data, system), rs in groups.items():
+        cells = []
+        for k in keys:
+            values = np.array([r[k] for r in rs], float)
+            spread = values.std(ddof=1) if len(values) > 1 else 0.0
+            cells.append(f"{values.mean():.3g} ± {spread:.2g}")
+        lines.append(f"| {data} | {system} | {len(rs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hotpot", default=str(DEFAULT_HOTPOT))
+    parser.add_argument("--data", default="hotpot,world", help="hotpot (the real sample) and/or world (generated)")
+    parser.add_argument("--world-questions", type=int, default=300, help="generated questions (80%% train)")
     parser.add_argument("--backbone", default=None, help="default: the offline all-MiniLM-L6-v2")
     parser.add_argument("--tiny", action="store_true", help="a random 3 x 64 BERT instead of the backbone")
-    parser.add_argument("--systems", default="xh_k3,xh_k0,gesa,dochopper")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--seeds", default="0", help="comma-separated; the table gives mean ± std over them")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch", type=int, default=1, help="questions per training step")
     parser.add_argument("--train", type=int, default=400, help="training questions used (of 0-399)")
@@ -262,37 +243,61 @@ def main() -> None:
     parser.add_argument("--eval-batch", type=int, default=4)
     parser.add_argument("--max-node-tokens", type=int, default=128)
     parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--mlflow", default=None, help="tracking URI; default a SQLite file in the working folder")
+    parser.add_argument("--experiment", default="variants")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    unknown = set(args.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown systems {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
+
+    import mlflow
 
     from xh.backbones import resolve_backbone
 
+    mlflow.set_tracking_uri(args.mlflow or f"sqlite:///{Path.cwd() / 'variants-mlflow.db'}")
+    mlflow.set_experiment(args.experiment)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        backbone = tiny_backbone(Path(tmp)) if args.tiny else resolve_backbone(args.backbone)
-        train_rows, dev_rows = load_rows(args.hotpot)
-        common = {
-            "backbone": "tiny" if args.tiny else backbone,
-            "device": "cpu",
-            "threads": args.threads,
-            "train_questions": min(args.train, len(train_rows)),
-            "dev_questions": min(args.dev, len(dev_rows)),
-            "batch": args.batch,
-            "max_node_tokens": args.max_node_tokens,
-        }
-        for system in args.systems.split(","):
-            if system == "xh_k3":
-                result = run_xh(system, args, backbone, train_rows, dev_rows, hop_layers=3, gesa=False)
-            elif system == "xh_k0":
-                result = run_xh(system, args, backbone, train_rows, dev_rows, hop_layers=0, gesa=False)
-            elif system == "gesa":
-                result = run_xh(system, args, backbone, train_rows, dev_rows, hop_layers=3, gesa=True)
-            elif system == "dochopper":
-                result = run_dochopper(args, backbone, train_rows, dev_rows)
+        backbone = tiny_backbone(Path(tmp) / "tiny") if args.tiny else resolve_backbone(args.backbone)
+        for data in args.data.split(","):
+            if data == "hotpot":
+                questions, train_end = args.hotpot, TRAIN_END
+            elif data == "world":
+                questions = world_questions(Path(tmp) / "world", args.world_questions)
+                train_end = int(args.world_questions * 0.8)
             else:
-                raise SystemExit(f"unknown system {system!r}")
-            print(json.dumps(result | common), flush=True)
+                raise SystemExit(f"unknown data {data!r}")
+            # the same nodes either way; GESA reads the typed edges (`graphs.edge_mode: typed`)
+            rows = {mode: load_rows(questions, train_end, mode) for mode in ("hyperlink", "typed")}
+            for seed in [int(x) for x in args.seeds.split(",")]:
+                args.seed = seed
+                for system in args.systems.split(","):
+                    kind, size = SYSTEMS[system]
+                    train_rows, dev_rows = rows["typed" if kind == "gesa" else "hyperlink"]
+                    if kind == "dochopper":
+                        result = run_dochopper(args, backbone, train_rows, dev_rows, hops=size)
+                    else:
+                        result = run_xh(args, backbone, train_rows, dev_rows, hop_layers=size, variant=kind)
+                    result = {
+                        "data": data,
+                        "system": system,
+                        "seed": seed,
+                        "steps": args.steps,
+                        **result,
+                        "backbone": "tiny" if args.tiny else Path(backbone).name,
+                        "device": "cpu",
+                        "threads": args.threads,
+                        "train_questions": min(args.train, len(train_rows)),
+                        "dev_questions": min(args.dev, len(dev_rows)),
+                        "batch": args.batch,
+                        "max_node_tokens": args.max_node_tokens,
+                    }
+                    log_run(args, result)
+                    results.append(result)
+                    print(json.dumps(result), flush=True)
+    print(summary_table(results), flush=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ partition. The driver never holds the data: it only lists files and moves finish
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 
 import pyarrow as pa
@@ -82,7 +83,16 @@ class _GraphActor:
 class _InferenceActor:
     """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out."""
 
-    def __init__(self, model: dict, provenance: dict, batch_graphs: int, threads: int | None, mlflow_cfg, s3):
+    def __init__(
+        self,
+        model: dict,
+        provenance: dict,
+        batch_graphs: int,
+        threads: int | None,
+        mlflow_cfg,
+        s3,
+        corpus_cache: str | None = None,
+    ):
         import torch
 
         if threads:  # Ray gives a fractional-CPU actor one thread
@@ -90,6 +100,11 @@ class _InferenceActor:
         configure(mlflow_cfg, s3)
         self.pipeline = Pipeline.load(model=f"models:/{model['name']}/{model['version']}", batch_graphs=batch_graphs)
         self.provenance = provenance
+        from xh.model.dochopper import CorpusCache, DocHopper
+
+        if isinstance(self.pipeline.model, DocHopper) and corpus_cache:
+            # paragraph embeddings of this version and corpus snapshot, shared by every actor and run
+            self.pipeline.model.corpus_cache = CorpusCache(corpus_cache, s3)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
@@ -107,6 +122,8 @@ def _paths(cfg: XHConfig, model: dict, run_date: str) -> dict[str, str]:
         "partition": join(output, partition),
         "staging": join(output, "_staging", f"{run_date}-{model['name']}-v{model['version']}"),
         "quarantine": join(output, "quarantine", partition),
+        # DocHopper's paragraph embeddings, per model version (and, below it, per corpus snapshot)
+        "corpus_cache": join(output, "_cache", f"{model['name']}-v{model['version']}"),
     }
 
 
@@ -165,7 +182,7 @@ def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):
     )
 
 
-def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3):
+def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3, corpus_cache: str):
     from ray.data import ActorPoolStrategy
 
     sc = cfg.score
@@ -184,6 +201,7 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
         num_cpus=sc.inference_cpus,
         num_gpus=1 if use_gpu else 0,
         fn_constructor_args=(model, provenance, sc.batch_graphs, sc.inference_threads, cfg.mlflow, s3),
+        fn_constructor_kwargs={"corpus_cache": join(corpus_cache, hashlib.sha256(snapshot.encode()).hexdigest()[:16])},
     )
 
 
@@ -231,7 +249,7 @@ def run(cfg: XHConfig) -> dict:
         predictions = stages.run(
             "inference",
             lambda: (
-                _predictions(graphs, cfg, model, snapshot, use_gpu, s3)
+                _predictions(graphs, cfg, model, snapshot, use_gpu, s3, paths["corpus_cache"])
                 if usable_rows(graphs, s3)
                 else _no_rows(schemas.PREDICTIONS)
             ),

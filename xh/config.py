@@ -173,8 +173,10 @@ class GraphsConfig(Section):
     ir_keep: int = Field(2, ge=0, description="BM25 documents per graph (paper: 2)")
     el_per_surface: int = Field(1, ge=0, description="entity-linked documents per surface form (paper: 1)")
     expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
-    edge_mode: Literal["hyperlink", "bidirectional", "full", "sequence"] = Field(
-        "hyperlink", description="Table 4: directed hyperlinks, both directions, all pairs, random-order chain"
+    edge_mode: Literal["hyperlink", "bidirectional", "full", "sequence", "typed"] = Field(
+        "hyperlink",
+        description="Table 4: directed hyperlinks, both directions, all pairs, random-order chain; "
+        "typed: GESA's typed edges (hyperlink, reverse, co-retrieved, comparison, self) in edge_types",
     )
     comparison_full: bool = Field(
         True, description="comparison graphs fully connected whatever edge_mode (the paper's rule)"
@@ -285,8 +287,20 @@ class ModelConfig(Section):
         3, ge=0, description="K: extra hop attention after each of the last K layers (0 = plain backbone)"
     )
     hop_heads: int | None = Field(None, ge=1, description="hop attention heads (None: the backbone's)")
-    hop_variant: Literal["paper", "gat"] = Field(
-        "paper", description="paper: Eq. 7 scaled dot-product; gat: the original release's graph attention"
+    hop_variant: Literal["paper", "gat", "gesa"] = Field(
+        "paper",
+        description="paper: Eq. 7 scaled dot-product; gat: the original release's graph attention; "
+        "gesa: Eq. 7 with a learned key offset per edge type (graphs built with graphs.edge_mode=typed)",
+    )
+    hub_relations: bool = Field(
+        False, description="gesa: the last K layers' token attention gets hub-to-token relation labels"
+    )
+    architecture: Literal["xh", "dochopper"] = Field(
+        "xh", description="xh: Transformer-XH (hop_variant picks its hop attention); dochopper: DocHopper"
+    )
+    dochopper_hops: list[Literal["paragraph", "sentence"]] = Field(
+        ["paragraph", "sentence", "paragraph", "sentence"],
+        description="dochopper: the supervised hops (each sentence hop ends one evidence)",
     )
     isolated_nodes: Literal["self_loop", "zero"] = Field(
         "self_loop",

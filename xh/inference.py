@@ -20,7 +20,10 @@ from xh.model import XHModel, collate, decode, load_tokenizer
 
 
 def load_model(directory: str, device: str | torch.device = "cpu") -> tuple[XHModel, object]:
-    model = XHModel.from_pretrained(directory).to(device)
+    """(model, tokenizer) of a saved folder; the model an XHModel or a DocHopper (`xh.model.variants`)."""
+    from xh.model.variants import load_saved
+
+    model = load_saved(directory).to(device)
     model.eval()
     return model, load_tokenizer(directory)
 
@@ -43,6 +46,10 @@ def predict_graphs(
 ) -> list[dict]:
     """Predictions for graph rows, in order. `collect_attention`, when a list, receives
     (EncodedGraph list, GraphBatch, XHOutput) per batch for the hop-attention analysis."""
+    from xh.model.dochopper import DocHopper
+
+    if isinstance(model, DocHopper):  # its own batches; paragraph embeddings from its corpus cache
+        return model.predict_rows(list(rows), batch_size=batch_graphs)
     device = next(model.parameters()).device
     cfg = model.cfg
     predictions: list[dict] = []

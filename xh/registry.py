@@ -113,6 +113,16 @@ def data_snapshot(graphs_uri: str) -> str:
     return f"{graphs_uri} ({len(infos)} files, {sum(i.size or 0 for i in infos)} bytes)"
 
 
+def model_flavour(model) -> dict[str, str]:
+    """Which architecture (and XH hop variant) a model is: the logged model's metadata and version tags."""
+    from xh.model.variants import architecture_of
+
+    flavour = {"architecture": architecture_of(model)}
+    if flavour["architecture"] == "xh":
+        flavour["hop_variant"] = model.cfg.hop_variant
+    return flavour
+
+
 def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dict, graphs_uri: str) -> dict:
     """Log the model folder as a pyfunc into the training run, register a version, give it the alias."""
     from mlflow.models import infer_signature
@@ -137,6 +147,7 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
             signature=infer_signature(example_input, example_output, params={"batch_graphs": 8}),
             input_example=example_input,
             pip_requirements=pip_requirements(),
+            metadata=model_flavour(model),
         )
         version = mlflow.register_model(info.model_uri, name).version
     client = mlflow.MlflowClient()
@@ -145,6 +156,7 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
         "git_sha": environment_tags()["git_sha"],
         "data_snapshot": data_snapshot(graphs_uri),
         "task": cfg.model.task,
+        **model_flavour(model),
         **{k: f"{v:.6g}" for k, v in metrics.items() if isinstance(v, (int, float))},
     }
     for key, value in tags.items():

@@ -390,3 +390,111 @@ def test_an_input_whose_every_record_is_bad_gives_an_empty_complete_output_and_l
     partition = f"{output}/run_date=2026-11-23/model={name}/version=1"
     fs = s3_endpoint.pyarrow_fs()
     assert pads.dataset(partition[len("s3://") :], filesystem=fs, format="parquet").count_rows() == 0
+
+
+@pytest.fixture(scope="module")
+def typed_graphs(scoring_world) -> str:
+    """The generated world's graphs in edge mode `typed` (GESA reads the types; DocHopper ignores edges)."""
+    from workflows import graphs
+
+    out = scoring_world["root"] / "typed"
+    questions = scoring_world["tables"].parent / "world" / "hotpot" / "questions.json"
+    cfg = load_config(
+        None,
+        [
+            f"storage.root={out}",
+            "graphs.setting=distractor",
+            "graphs.edge_mode=typed",
+            "graphs.workers=1",
+            f"graphs.questions={questions}",
+        ],
+    )
+    graphs.build(cfg)
+    return str(out / "graphs" / "hotpot")
+
+
+@pytest.fixture(scope="module", params=["model.hop_variant=gesa", "model.architecture=dochopper"])
+def trained_variant(request, typed_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path_factory):
+    """Each variant trained (2 steps) and registered by the same driver and settings as XH."""
+    from workflows import train
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-variant-{uuid.uuid4().hex[:6]}"
+    summary = train.run(
+        load_config(
+            None,
+            [
+                f"storage.root={tmp_path_factory.mktemp('variant')}",
+                f"ray.address={ray_cluster.address}",
+                f"mlflow.tracking_uri={mlflow_server}",
+                "mlflow.experiment=variant-tests",
+                f"model.backbone={tiny_backbone}",
+                "model.max_node_tokens=64",
+                request.param,
+                f"train.graphs={typed_graphs}",
+                "train.workers=1",
+                "train.batch_graphs=2",
+                "train.cpus_per_worker=0.5",
+                "train.max_steps=2",
+                "train.dev_fraction=0.25",
+                "train.eval_batch_graphs=16",
+                f"train.register_as={name}",
+            ],
+        )
+    )
+    architecture = "dochopper" if "dochopper" in request.param else "xh"
+    return {"name": name, "summary": summary, "architecture": architecture}
+
+
+def test_each_variant_trains_registers_with_its_flavour_and_is_promoted(trained_variant, typed_graphs, mlflow_server):
+    from xh.graph.store import read_eval_set
+    from xh.registry import promote
+
+    name, architecture = trained_variant["name"], trained_variant["architecture"]
+    assert trained_variant["summary"]["step"] == 2 and trained_variant["summary"]["registered"]["version"] == 1
+    mlflow.set_tracking_uri(mlflow_server)
+    client = mlflow.MlflowClient()
+    tags = client.get_model_version(name, "1").tags
+    assert tags["architecture"] == architecture and (architecture == "dochopper" or tags["hop_variant"] == "gesa")
+
+    decision = promote(name, read_eval_set(typed_graphs)[:8], metric="f1", floor=0.0)
+    assert decision["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
+
+
+def test_each_variant_batch_scores_with_the_xh_command(trained_variant, scoring_world, mlflow_server, s3_endpoint):
+    from workflows import score
+    from xh.storage import list_files, open_output
+
+    name, architecture = trained_variant["name"], trained_variant["architecture"]
+    mlflow.set_tracking_uri(mlflow_server)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
+    with open_output(f"{incoming}/2026-11-23.jsonl") as out:
+        questions = scoring_world["questions"][:6]
+        out.write("".join(json.dumps({"qid": q["_id"], "question": q["question"]}) + "\n" for q in questions).encode())
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+    scored = score.run(
+        load_config(
+            None,
+            [
+                f"storage.root={scoring_world['root']}",
+                f"retrieve.tables={scoring_world['tables']}",
+                f"mlflow.tracking_uri={mlflow_server}",
+                "graphs.edge_mode=typed",
+                f"score.input={incoming}",
+                f"score.model=models:/{name}@champion",
+                f"score.output={output}",
+                "score.run_date=2026-11-23",
+                "score.batch_size=3",
+            ],
+        )
+    )
+    assert scored["predictions"] >= 4 and scored["records"] == 6
+    table = pads.dataset(
+        f"{output}/run_date=2026-11-23/model={name}/version=1"[len("s3://") :],
+        filesystem=s3_endpoint.pyarrow_fs(),
+        format="parquet",
+    ).to_table()
+    assert table.num_rows == scored["predictions"] and all(isinstance(a, str) for a in table["answer"].to_pylist())
+    if architecture == "dochopper":  # its paragraph embeddings, stored per model version and corpus snapshot
+        assert list_files(f"{output}/_cache/{name}-v1", s3_endpoint, suffix=".safetensors")

@@ -173,7 +173,20 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
         question_type=_index(row.get("question_type"), QUESTION_TYPES),
         claim_label=_index(row.get("claim_label"), CLAIM_LABELS),
         sentence_labels=sentence_labels,
+        edge_types=_edge_type_ids(row),
     )
+
+
+def _edge_type_ids(row: dict) -> np.ndarray | None:
+    """The row's `edge_types` (edge mode typed) as indices into `xh.model.gesa.EDGE_TYPES`; None without them."""
+    if row.get("edge_types") is None:
+        return None
+    from xh.model.gesa import EDGE_TYPES
+
+    unknown = set(row["edge_types"]) - set(EDGE_TYPES)
+    if unknown or len(row["edge_types"]) != len(row["edges"]):
+        raise ValueError(f"graph {row['qid']!r}: edge_types must name one of {EDGE_TYPES} per edge")
+    return np.array([EDGE_TYPES.index(t) for t in row["edge_types"]], np.int64)
 
 
 def encode_graphs(rows: Iterable[dict], tokenizer, max_node_tokens: int) -> list[EncodedGraph]:

@@ -28,6 +28,8 @@ holds the answer. Edge modes (the paper's Table 4), `graphs.edge_mode`:
     bidirectional   each hyperlink in both directions
     full            every ordered pair of distinct nodes
     sequence        the nodes in a random order (seeded by `seed` and the qid), chained both ways
+    typed           GESA's typed edges (`xh.model.gesa.typed_edges`): hyperlink, reverse_hyperlink,
+                    co_retrieved, comparison and self, each edge's type in the row's `edge_types`
 
 Comparison graphs are fully connected whatever the mode while `comparison_full` holds (the paper's
 rule); the row's `edge_mode` says what the graph got. No self-loops: a hub keeps its own state
@@ -78,7 +80,7 @@ from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings, resolve
 from xh.wiki.titles import normalize_title
 
-EDGE_MODES = ("hyperlink", "bidirectional", "full", "sequence")
+EDGE_MODES = ("hyperlink", "bidirectional", "full", "sequence", "typed")
 NO_ANSWER = "no node contains the answer"
 NO_NODES = "no nodes: retrieval proposed no documents"
 
@@ -124,6 +126,14 @@ def make_edges(
     else:
         raise ValueError(f"unknown edge mode {mode!r}; one of {', '.join(EDGE_MODES)}")
     return [{"src": s, "dst": d} for s, d in sorted(pairs)]
+
+
+def typed_graph_edges(links: Iterable[NodeLink], sources: list[str], question_type: str) -> tuple[list, list]:
+    """Edge mode `typed`: (edges `{src, dst}`, their types) from the hyperlinks, `xh.model.gesa.typed_edges`."""
+    from xh.model.gesa import typed_edges
+
+    typed = typed_edges(((link.src, link.dst) for link in links), sources, question_type)
+    return [{"src": e["src"], "dst": e["dst"]} for e in typed], [e["type"] for e in typed]
 
 
 def node_anchors(num_nodes: int, links: Iterable[NodeLink]) -> list[list[str]]:
@@ -192,7 +202,11 @@ def assemble_graph(
     qtype, qtype_source = question_type
     flags = ["question_type_" + qtype_source] if qtype_source != "data" else []
     mode = "full" if qtype == "comparison" and settings.comparison_full else settings.edge_mode
-    edges = make_edges(len(nodes), ((link.src, link.dst) for link in links), mode, question["qid"], settings.seed)
+    edge_types = None
+    if settings.edge_mode == "typed":  # the types say which pairs are a comparison's: no "full" needed
+        mode, (edges, edge_types) = "typed", typed_graph_edges(links, [n["source"] for n in nodes], qtype)
+    else:
+        edges = make_edges(len(nodes), ((link.src, link.dst) for link in links), mode, question["qid"], settings.seed)
     anchors = node_anchors(len(nodes), links)
 
     answer = question.get("answer")
@@ -244,6 +258,7 @@ def assemble_graph(
         "nodes": out_nodes,
         "edges": edges,
         "edge_mode": mode,
+        "edge_types": edge_types,
     }
     return Outcome(graph, None, tuple(flags))
 

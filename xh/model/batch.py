@@ -50,6 +50,8 @@ class GraphBatch:
     answer_type: torch.Tensor  # int64 [G]
     question_type: torch.Tensor  # int64 [G]
     claim_label: torch.Tensor  # int64 [G]
+    # Edge mode typed: each edge's type (xh.model.gesa.EDGE_TYPES), -1 for edges of graphs without types.
+    edge_types: torch.Tensor  # int64 [E]
 
     @property
     def num_graphs(self) -> int:
@@ -69,10 +71,14 @@ class GraphBatch:
         return tuple(self.input_ids.shape)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
-        return type(self)(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> GraphBatch:
-        return type(self)(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
+        return self._map(lambda t: t.pin_memory())
+
+    def _map(self, fn) -> GraphBatch:
+        """A batch of fn(tensor) per field (optional fields left None)."""
+        return type(self)(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
 
 
 def _check(graph: EncodedGraph) -> None:
@@ -89,6 +95,8 @@ def _check(graph: EncodedGraph) -> None:
     edges = np.asarray(graph.edges).reshape(-1, 2)
     if edges.size and (edges.min() < 0 or edges.max() >= n):
         raise ValueError(f"graph {graph.qid!r}: an edge points outside its {n} nodes")
+    if graph.edge_types is not None and len(graph.edge_types) != len(edges):
+        raise ValueError(f"graph {graph.qid!r}: {len(graph.edge_types)} edge types for {len(edges)} edges")
     spans = np.asarray(graph.answer_spans).reshape(-1, 3)
     if len(spans) and spans[0, 0] >= 0:
         node, start, end = (int(x) for x in spans[0])
@@ -159,6 +167,14 @@ def collate(graphs: Sequence[EncodedGraph]) -> GraphBatch:
         answer_type=per_graph("answer_type"),
         question_type=per_graph("question_type"),
         claim_label=per_graph("claim_label"),
+        edge_types=torch.from_numpy(
+            np.concatenate(
+                [
+                    np.full(len(e), -1, np.int64) if g.edge_types is None else np.asarray(g.edge_types, np.int64)
+                    for g, e in zip(graphs, edges)
+                ]
+            )
+        ),
     )
 
 

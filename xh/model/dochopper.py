@@ -107,6 +107,24 @@ class DocHopperConfig:
             raise ValueError(f"one λ per evidence: {len(evidence_hops(self.hops))} evidences, {self.evidence_lambdas}")
 
 
+def config_from_model(model) -> DocHopperConfig:
+    """The DocHopperConfig of the project's `model` config section (`model.architecture: dochopper`)."""
+    if model.task != "hotpot":
+        raise ValueError(f"model.architecture=dochopper answers HotpotQA questions, not task {model.task!r}")
+    hops = tuple(model.dochopper_hops)
+    lambdas = tuple(DocHopperConfig.evidence_lambdas[i] if i < 2 else 0.0 for i in range(len(evidence_hops(hops))))
+    return DocHopperConfig(
+        backbone=model.backbone,
+        hops=hops,
+        evidence_lambdas=lambdas,
+        max_paragraph_tokens=model.max_node_tokens,
+        max_answer_tokens=model.max_answer_tokens,
+        span_loss_weight=model.span_loss_weight,
+        answer_type_loss_weight=model.answer_type_loss_weight,
+        attn_implementation=model.attn_implementation,
+    )
+
+
 def evidence_hops(hops: Sequence[str]) -> list[tuple[int | None, int]]:
     """(paragraph hop or None, sentence hop) of each evidence: every sentence hop ends one evidence."""
     out, paragraph = [], None
@@ -209,6 +227,16 @@ class DocHopperBatch:
     # ... or their precomputed sentence embeddings
     sentence_embeddings: torch.Tensor | None = None  # float [B, P, S, H]
 
+    @property
+    def num_graphs(self) -> int:
+        return len(self.examples)
+
+    @property
+    def num_real_tokens(self) -> int:
+        """Query and paragraph tokens of the batch (the reader's are in `DocHopperOutput.tokens`)."""
+        paragraphs = int(self.paragraph_mask.sum()) if self.paragraph_mask is not None else 0
+        return int(self.query_mask.sum()) + paragraphs
+
     def to(self, device: torch.device | str) -> DocHopperBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in moved.items():
@@ -308,6 +336,7 @@ class DocHopper(nn.Module):
         nn.init.normal_(self.mix_vector, std=init_range)
         self._use_token_types = getattr(config, "type_vocab_size", 0) > 1
         self.evidences = evidence_hops(cfg.hops)
+        self.corpus_cache = CorpusCache()  # paragraph embeddings for these weights (`predict_rows`)
 
     # --- construction and persistence ---------------------------------------------------------------
 
@@ -797,18 +826,151 @@ class DocHopper(nn.Module):
         answer_type = ANSWER_TYPES[int(read.answer_type_logits[row].argmax())]
         if answer_type != "span" and example.question_type == QUESTION_TYPES.index("bridge"):
             answer_type = "span"  # a bridge question's answer is never yes / no (as XH's decoding)
+        piece = len(combo) - 1  # the evidence the answer comes from: the last (§4.2) unless the span says otherwise
         if answer_type == "span":
             mask = read.context_mask[row].cpu()
             span = best_span(read.start_logits[row].cpu(), read.end_logits[row].cpu(), mask, self.cfg.max_answer_tokens)
             offsets = read.offsets[row]
             answer = "" if span is None else read.contexts[row][int(offsets[span[0], 0]) : int(offsets[span[1], 1])]
+            if span is not None:
+                piece = _context_piece(
+                    [(example.titles[p], example.sentences[p][j]) for p, j in combo], int(offsets[span[0], 0])
+                )
         else:
             answer = answer_type
+        node = combo[piece][0]
         return {
             "qid": example.qid,
             "answer": answer,
+            "answer_doc_id": example.doc_ids[node],
+            "answer_title": example.titles[node],
+            "answer_node": node,
+            "node_score": score,
             "answer_type": answer_type,
             "supporting_facts": [[example.titles[p], j] for p, j in combo],
             "evidence": [[example.doc_ids[p], j] for p, j in combo],
             "score": score,
         }
+
+    # --- the project's graph rows in, its predictions out (`xh.inference.predict_graphs`) -------------
+
+    def train(self, mode: bool = True) -> DocHopper:
+        if mode:  # the weights are about to change: cached corpus embeddings would be stale
+            self.corpus_cache.clear()
+        return super().train(mode)
+
+    def predict_rows(self, rows: Sequence[dict], batch_size: int = 8) -> list[dict]:
+        """`graphs` rows -> predictions with XH's keys (`xh.model.decode`), in order. Paragraph embeddings
+        come from `corpus_cache`; the paragraphs it does not hold are encoded (once) and added to it."""
+        was_training = self.training
+        self.eval()  # from here to the end: the cache must outlive the encoders' train/eval switches
+        try:
+            examples = self.prepare(rows)
+            paragraphs = {
+                (d, title, tuple(sentences)): None
+                for e in examples
+                for d, title, sentences in zip(e.doc_ids, e.titles, e.sentences)
+            }
+            stored = self.corpus_cache.lookup(self, [(title, list(sentences)) for _, title, sentences in paragraphs])
+            corpus = {d: embedding for (d, _, _), embedding in zip(paragraphs, stored)}
+            self.corpus_cache.flush()
+            predictions = self.predict(examples, corpus, batch_size)
+        finally:
+            self.train(was_training)  # back to training empties the cache: the weights change next
+        return [{k: p[k] for k in PREDICTION_KEYS} for p in predictions]
+
+
+PREDICTION_KEYS = (
+    "qid",
+    "answer",
+    "answer_doc_id",
+    "answer_title",
+    "answer_node",
+    "node_score",
+    "answer_type",
+    "supporting_facts",
+)
+
+
+def _context_piece(picks: Sequence[tuple[str, str]], char: int) -> int:
+    """Which (title, sentence) of `_reader_context(picks)` holds character `char`."""
+    starts = list(itertools.accumulate(len(f"{title}: {sentence.strip()}") + 1 for title, sentence in picks))
+    return min(bisect.bisect_right(starts, char), len(picks) - 1)
+
+
+# --- precomputed corpus embeddings --------------------------------------------------------------------
+
+
+class CorpusCache:
+    """Sentence embeddings of paragraphs, by content (a hash of title and sentences), for one model's weights.
+
+    In memory by default (`DocHopper.corpus_cache`; emptied when the model goes back to training);
+    with `folder` (local or s3://) also on storage: every `flush` writes the entries added since as one
+    more safetensors file there, and a new cache on the same folder starts with all of them. Batch
+    scoring gives each model version and corpus snapshot a folder of its own (`workflows.score`), so a
+    paragraph is encoded once per snapshot, whichever actor or run meets it first.
+
+        cache = CorpusCache("runs/x/_cache/xh-dochopper-v3/<snapshot>")
+        model.corpus_cache = cache
+        model.predict_rows(rows)            # encodes what the cache lacks, then writes it (flush)
+    """
+
+    def __init__(self, folder: str | None = None, s3=None):
+        self.folder, self.s3 = folder, s3
+        self.entries: dict[str, torch.Tensor] = {}
+        self.new: dict[str, torch.Tensor] = {}
+        self.hits = self.encoded = 0
+        if folder is not None:
+            self._load()
+
+    @staticmethod
+    def key(title: str, sentences: Sequence[str]) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps([title, list(sentences)]).encode()).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.new.clear()
+
+    def lookup(self, model: DocHopper, paragraphs: Sequence[tuple[str, Sequence[str]]]) -> list[torch.Tensor]:
+        """[S_i, H] per (title, sentences): stored ones as they are, the others encoded by `model` and stored."""
+        keys = [self.key(title, sentences) for title, sentences in paragraphs]
+        missing = {k: p for k, p in zip(keys, paragraphs) if k not in self.entries}
+        if missing:
+            for k, embedding in zip(missing, model.encode_corpus(list(missing.values()))):
+                self.entries[k] = self.new[k] = embedding
+        self.hits += len(keys) - len(missing)
+        self.encoded += len(missing)
+        return [self.entries[k] for k in keys]
+
+    def flush(self) -> None:
+        """Write the entries added since the last flush as one more file of the folder (none: nothing)."""
+        if self.folder is None or not self.new:
+            self.new.clear()
+            return
+        import uuid
+
+        from safetensors.torch import save
+
+        from xh.storage import join, open_output
+
+        with open_output(join(self.folder, f"part-{uuid.uuid4().hex}.safetensors"), self.s3) as out:
+            out.write(save({k: t.contiguous() for k, t in self.new.items()}))
+        self.new.clear()
+
+    def _load(self) -> None:
+        from safetensors.torch import load
+
+        from xh.storage import list_files, open_input
+
+        try:
+            files = list_files(self.folder, self.s3, suffix=".safetensors")
+        except FileNotFoundError:  # nothing cached for this snapshot yet
+            return
+        for uri in files:
+            with open_input(uri, self.s3) as f:
+                self.entries.update(load(f.read()))

@@ -193,11 +193,58 @@ class GESAHopStep(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor, graph: TypedHopGraph) -> torch.Tensor:
         """[N, L, H] -> [N, L, H] with a new hub at position 0 and every other token unchanged."""
-        hub = hidden_states[:, 0]
-        gathered, weights = self.attention(hub, graph)
+        # outside autocast, in the parameters' dtype, as HopStep
+        with torch.autocast(hidden_states.device.type, enabled=False):
+            hub = hidden_states[:, 0].to(self.fusion.weight.dtype)
+            gathered, weights = self.attention(hub, graph)
+            new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
         graph.attention.append(weights.detach())
-        new_hub = self.fusion(torch.cat([hub, gathered], dim=-1)).to(hidden_states.dtype)
-        return torch.cat([new_hub.unsqueeze(1), hidden_states[:, 1:]], dim=1)
+        return torch.cat([new_hub.to(hidden_states.dtype).unsqueeze(1), hidden_states[:, 1:]], dim=1)
+
+
+# --- wiring into XHModel (`model.hop_variant: gesa`) ----------------------------------------------
+
+
+def gesa_hop_steps(cfg, backbone: nn.Module, layers: nn.ModuleList) -> tuple[nn.ModuleList, HubRelations | None]:
+    """XHModel's hop steps for `hop_variant: gesa` (`cfg`: ModelConfig): one GESAHopStep after each of the
+    last K layers, its hub-to-hub q/k/v copied from that layer's pretrained attention (GESA §4.1), and,
+    with `cfg.hub_relations`, the hub-token relation vectors on those layers' token attention."""
+    config = backbone.config
+    heads = cfg.hop_heads or config.num_attention_heads
+    steps = nn.ModuleList(
+        GESAHopStep(
+            config.hidden_size,
+            heads,
+            dropout=cfg.hop_dropout,
+            fusion_init=cfg.hop_fusion_init,
+            initializer_range=getattr(config, "initializer_range", 0.02),
+        )
+        for _ in range(cfg.hop_layers)
+    )
+    hop_layers = list(layers)[len(layers) - cfg.hop_layers :]
+    for step, layer in zip(steps, hop_layers):
+        step.copy_pretrained(**self_attention_projections(layer))
+    relations = None
+    if cfg.hub_relations and cfg.hop_layers:
+        size = config.hidden_size // config.num_attention_heads
+        relations = HubRelations(cfg.hop_layers, config.num_attention_heads, size)
+        use_hub_relations(backbone, relations, hop_layers)
+    return steps, relations
+
+
+def typed_hop_graph(batch, isolated_nodes: str, relations: HubRelations | None = None, tokenizer=None) -> TypedHopGraph:
+    """The TypedHopGraph of a GraphBatch (graphs of edge mode `typed`); sets `relations.labels` for this batch."""
+    if (batch.edge_types < 0).any():
+        raise ValueError("model.hop_variant=gesa needs typed edges: build the graphs with graphs.edge_mode=typed")
+    graph = TypedHopGraph.build(batch.edges, batch.edge_types, batch.num_nodes, isolated_nodes, batch.graph_offsets)
+    if relations is not None:
+        if tokenizer is None:
+            raise ValueError("model.hub_relations needs the model's tokenizer (its separator token)")
+        labels = hub_relation_labels(
+            batch.input_ids, batch.token_type_ids, batch.attention_mask, tokenizer.sep_token_id
+        )
+        relations.labels = hub_label_matrix(labels)
+    return graph
 
 
 def self_attention_projections(layer: nn.Module) -> dict[str, nn.Linear]:

@@ -74,19 +74,24 @@ class XHModel(nn.Module):
         if getattr(backbone, "pooler", None) is not None:
             backbone.pooler = None
         hidden, init_range = config.hidden_size, getattr(config, "initializer_range", 0.02)
-        self.hop_steps = nn.ModuleList(
-            HopStep(
-                hidden,
-                cfg.hop_heads or config.num_attention_heads,
-                variant=cfg.hop_variant,
-                dropout=cfg.hop_dropout,
-                fusion_init=cfg.hop_fusion_init,
-                initializer_range=init_range,
-            )
-            for _ in range(cfg.hop_layers)
-        )
-        self._graph: HopGraph | None = None
         layers = find_encoder_layers(backbone)
+        if cfg.hop_variant == "gesa":
+            from xh.model.gesa import gesa_hop_steps
+
+            self.hop_steps, self.hub_relations = gesa_hop_steps(cfg, backbone, layers)
+        else:
+            self.hop_steps = nn.ModuleList(
+                HopStep(
+                    hidden,
+                    cfg.hop_heads or config.num_attention_heads,
+                    variant=cfg.hop_variant,
+                    dropout=cfg.hop_dropout,
+                    fusion_init=cfg.hop_fusion_init,
+                    initializer_range=init_range,
+                )
+                for _ in range(cfg.hop_layers)
+            )
+        self._graph: HopGraph | None = None
         attach_hop_steps(layers, self.hop_steps, self._current_graph)
         self._hop_layers = list(layers)[len(layers) - cfg.hop_layers :]  # plain list: already registered in backbone
         dropout = getattr(config, "hidden_dropout_prob", 0.1)
@@ -132,7 +137,14 @@ class XHModel(nn.Module):
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, HopGraph]:
         if any(getattr(layer, "gradient_checkpointing", False) for layer in self._hop_layers):
             raise ValueError("gradient checkpointing of the backbone is not supported with hop layers")
-        graph = HopGraph.build(batch.edges, batch.num_nodes, self.cfg.isolated_nodes)
+        if self.cfg.hop_variant == "gesa":
+            from xh.model.gesa import typed_hop_graph
+
+            graph = typed_hop_graph(
+                batch, self.cfg.isolated_nodes, getattr(self, "hub_relations", None), self.tokenizer
+            )
+        else:
+            graph = HopGraph.build(batch.edges, batch.num_nodes, self.cfg.isolated_nodes)
         self._graph = graph if self.hop_steps else None
         try:
             out = self.backbone(
@@ -142,6 +154,8 @@ class XHModel(nn.Module):
             )
         finally:
             self._graph = None
+            if getattr(self, "hub_relations", None) is not None:
+                self.hub_relations.labels = None
         return out.last_hidden_state, graph
 
     def forward(self, batch: GraphBatch) -> XHOutput:

@@ -28,9 +28,9 @@ import numpy as np
 
 from xh.config import TrainConfig, XHConfig
 from xh.eval.hotpot import evaluate_hotpot
-from xh.graph.encode import encode_graph
 from xh.inference import autocast, hotpot_gold, hotpot_prediction_file, predict_graphs
-from xh.model import XHModel, collate, load_tokenizer
+from xh.model import XHModel, load_tokenizer
+from xh.model.variants import load_saved, new_model, training_batch
 from xh.tracking import TrainingRun
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
 from xh.train.worker import StepPlan, adamw_with_warmup, optimizer_step, report, start_worker
@@ -135,10 +135,10 @@ def train_loop_per_worker(config: dict) -> None:
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            model = XHModel.from_pretrained(str(Path(folder) / MODEL_DIR))
+            model = load_saved(str(Path(folder) / MODEL_DIR))
             tokenizer = load_tokenizer(str(Path(folder) / MODEL_DIR))
     else:
-        model = XHModel.from_backbone(cfg.model)
+        model = new_model(cfg.model)
         tokenizer = load_tokenizer(cfg.model.backbone)
     optimizer, scheduler = adamw_with_warmup(parameter_groups(model, train), plan.total_steps, train.warmup_fraction)
     progress = Progress()
@@ -167,7 +167,7 @@ def train_loop_per_worker(config: dict) -> None:
             report(metrics)
             return
         recorder, batches = None, []
-        if final and train.attention_figures and model.hop_steps:
+        if final and train.attention_figures and getattr(model, "hop_steps", None):
             from xh.train.figures import HopAttentionRecorder
 
             with HopAttentionRecorder(model) as recorder:
@@ -203,8 +203,7 @@ def train_loop_per_worker(config: dict) -> None:
                 break
             if index < progress.batches_in_epoch:  # resuming: skip what the checkpoint already trained on
                 continue
-            graphs = [encode_graph(row, tokenizer, cfg.model.max_node_tokens) for row in table.to_pylist()]
-            batch = collate(graphs).to(device)
+            batch = training_batch(model, table.to_pylist(), tokenizer, cfg.model.max_node_tokens).to(device)
             with autocast(device, train.bf16):
                 output = ddp_model(batch)
             (output.loss / train.grad_accum).backward()
