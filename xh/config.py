@@ -172,6 +172,12 @@ class GraphsConfig(Section):
     )
     seed: int = Field(13, description="node order of the `sequence` edge mode")
     require_answer: bool = Field(True, description="quarantine span-answer questions whose graph holds no answer")
+    claims_split: Literal["all", "train", "dev", "test"] = Field(
+        "all",
+        description="FEVER: the claims built, by a stable hash of the claim id; dev / test graphs are retrieval only",
+    )
+    dev_fraction: float = Field(0.1, ge=0.0, le=1.0, description="FEVER: share of claims in the dev split")
+    test_fraction: float = Field(0.1, ge=0.0, le=1.0, description="FEVER: share of claims in the test split")
     tokenizer: str | None = Field(
         None, description="tokenizer folder or name for tokens-per-node statistics; None skips them"
     )

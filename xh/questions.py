@@ -7,7 +7,7 @@
 This is the one place that reads question records. A HotpotQA question file is the official JSON
 array (`_id, question, answer?, type?, level?, supporting_facts?, context?`); batch scoring also
 reads JSON lines and Parquet (`QUESTION_FILES`), one record per line or row, with `qid` (or `_id`,
-`id`) and `question`. Records that cannot be used are quarantined with the reason, never dropped:
+`id`) and `question` (FEVER's `claim`). Records that cannot be used are quarantined with the reason, never dropped:
 
     not JSON: ...                   a JSON-lines line (or a whole JSON file) that does not parse
     unreadable Parquet file: ...    a Parquet file that does not open (one row for the file)
@@ -74,7 +74,7 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
         if not isinstance(record, dict):
             quarantined.append(_quarantine(source, position, "invalid record: not an object", record))
             continue
-        qid, question = record_id(record), record.get("question")
+        qid, question = record_id(record), record.get("question", record.get("claim"))  # FEVER: claim
         if not qid:
             quarantined.append(_quarantine(source, position, "missing id", record))
         elif not isinstance(question, str) or not question.strip():

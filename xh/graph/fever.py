@@ -29,6 +29,7 @@ What a graph row holds (`xh.schemas.GRAPHS`, task "fever", edge_mode "full"):
     question      the claim
     claim_label   SUPPORTS / REFUTES / NOT ENOUGH INFO, null for new claims
     supporting_facts  the gold sentences of every group, flattened, as (title, line); null when unknown
+    evidence      the claim's gold groups as in CLAIMS (page ids), what the FEVER score needs; null when unknown
     nodes[i]      doc_id = FEVER page id, title, sentences = [the sentence], anchors = [title],
                   line = the sentence's line in its page, source = "evidence" (put there as gold) or
                   "retrieved", score = its BM25 score in the pool (null for gold not in the pool),
@@ -136,6 +137,7 @@ def build_fever_graph(claim: dict, sentences: Sequence[EvidenceSentence], gold: 
         "nodes": nodes,
         "edges": [{"src": i, "dst": j} for j in range(n) for i in range(n) if i != j],
         "edge_mode": "full",
+        "evidence": claim.get("evidence"),
     }
 
 
