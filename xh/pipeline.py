@@ -79,7 +79,8 @@ class Pipeline:
             # FEVER claims: the sentence retriever over the docs (`xh.graph.fever`) is the whole graph half
             from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
 
-            retriever = FeverGraphBuilder.load(tables, FeverGraphSettings(gold_evidence=False), s3)
+            settings = FeverGraphSettings(reranker=graph.sentence_reranker, rerank_pool=graph.sentence_rerank_pool)
+            retriever = FeverGraphBuilder.load(tables, settings, s3)
         elif index is not None:
             retriever = Retriever.load(index, tables, retrieval, s3)
             if classifier:

@@ -224,3 +224,42 @@ def test_real_claims_through_splits_and_the_batch_scoring_table(shared_data, tmp
     result = evaluate_fever_files(gold_path, str(tmp_path / "predictions"))
     for key, value in official.items():
         assert result[key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_sentence_reranker_pairs_and_reordering(docs, tiny_backbone, tmp_path):
+    from xh.graph.fever import FeverGraphBuilder
+    from xh.retrieval.rerank import CrossEncoder
+    from xh.retrieval.sentences import rerank_sentences, sentence_examples
+
+    builder = FeverGraphBuilder(docs, FeverGraphSettings())
+    examples = sentence_examples(claim_rows(), builder, negatives_per_positive=2, seed=1)
+    by_claim = {}
+    for e in examples:
+        by_claim.setdefault(e.qid, []).append(e)
+    assert set(by_claim) == {"1", "2", "3"}  # the NOT ENOUGH INFO claim has no gold to learn from
+    positives = {e.passage for e in by_claim["2"] if e.label == 1.0}
+    assert positives == {
+        "Soul Food (film). It was produced by Kenneth Edmonds.",
+        "Kenneth Edmonds. He was born in 1959.",
+    }
+    assert 0 < sum(e.label == 0.0 for e in by_claim["2"]) <= 4 and all(
+        e.passage not in positives for e in by_claim["2"] if not e.label
+    )
+
+    encoder = CrossEncoder.from_backbone(tiny_backbone, max_length=64, seed=0)
+    claim = CLAIMS[0][1]
+    ranked = builder.rank_sentences(claim, builder.candidate_pages([claim])[0][0])
+    reordered = rerank_sentences(encoder, claim, ranked, pool=4)
+    assert reordered[4:] == ranked[4:]
+    assert {(s.doc_id, s.line) for s in reordered[:4]} == {(s.doc_id, s.line) for s in ranked[:4]}
+    scores = [s.score for s in reordered[:4]]
+    assert scores == sorted(scores, reverse=True)
+    assert scores == pytest.approx(
+        sorted(encoder.score(claim, [f"{s.title}. {s.sentence}" for s in ranked[:4]]), reverse=True)
+    )
+
+    encoder.save(str(tmp_path / "reranker"))  # graph building loads it from a folder
+    graphs, _ = build_fever_graphs(
+        claim_rows()[:1], docs, FeverGraphSettings(reranker=str(tmp_path / "reranker"), rerank_pool=4)
+    )
+    assert [(n["doc_id"], n["line"]) for n in graphs[0]["nodes"]] == [(s.doc_id, s.line) for s in reordered[:5]]

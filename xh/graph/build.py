@@ -182,7 +182,9 @@ def fever_plan(settings: GraphsConfig, tables: str, s3: S3Settings | None = None
         items = [i for i in items if claim_split(i["claim"]["qid"], *fractions) == split]
     # Evaluation graphs are retrieval only, by construction: gold never chooses or orders their nodes.
     gold_first = settings.require_answer and split in ("all", "train")
-    fever_settings = FeverGraphSettings(gold_evidence=gold_first)
+    fever_settings = FeverGraphSettings(
+        gold_evidence=gold_first, reranker=settings.sentence_reranker, rerank_pool=settings.sentence_rerank_pool
+    )
     return TaskPlan(items, quarantined, partial(_fever_builder, tables, fever_settings, s3))
 
 

@@ -17,7 +17,8 @@ How a claim's nodes are chosen:
    surface form, longest match wins: `xh.retrieval.entity_linking.EntityLinker` over titles only).
 2. Their non-empty sentences are ranked by BM25 of the claim against "title sentence", with the
    statistics of that pool of sentences (as FEVER's baseline fits TF-IDF on the retrieved pages);
-   ties keep page order, then line order. The top `max_nodes` (5) are the retrieved sentences.
+   ties keep page order, then line order. With a `reranker` (`xh.retrieval.sentences`), BM25's best
+   `rerank_pool` are re-ordered by the cross-encoder. The top `max_nodes` (5) are the retrieved sentences.
 3. Training graphs (`gold_evidence=True`): the gold sentences come first (the first evidence group
    whose sentences are all in the corpus, then the other groups' sentences that are), retrieved
    ones fill up to `max_nodes`. A SUPPORTS / REFUTES claim with no complete group in the corpus is
@@ -81,6 +82,8 @@ class FeverGraphSettings:
     title_pages_per_surface: int = 3  # pages kept per title written in the claim ("Paris", "Paris (film)", ...)
     gold_evidence: bool = False  # training graphs: gold sentences first; verifiable claims without gold quarantined
     index_titles: bool = True  # BM25 over "title. text" (as the retrieve stage's index)
+    reranker: str | None = None  # a cross-encoder folder (xh.retrieval.sentences): re-orders BM25's best sentences
+    rerank_pool: int = 20  # BM25's best sentences the re-ranker re-orders
 
     def __post_init__(self) -> None:
         if self.max_nodes < 1 or self.bm25_pages < 0 or self.title_pages_per_surface < 0:
@@ -168,6 +171,11 @@ class FeverGraphBuilder:
         self.title_linker = EntityLinker.from_tables(
             empty_anchors, docs.select(["doc_id", "title"]), per_surface=max(settings.title_pages_per_surface, 1)
         )
+        self.reranker = None
+        if settings.reranker:
+            from xh.retrieval.rerank import CrossEncoder
+
+            self.reranker = CrossEncoder.load(settings.reranker).eval()
 
     @classmethod
     def load(cls, tables_uri: str, settings: FeverGraphSettings, s3: S3Settings | None = None) -> FeverGraphBuilder:
@@ -252,6 +260,10 @@ class FeverGraphBuilder:
             ranked.append(
                 EvidenceSentence(self.doc_ids[p], self.titles[p], line, sentence, "retrieved", float(scores[i]))
             )
+        if self.reranker is not None:
+            from xh.retrieval.sentences import rerank_sentences
+
+            ranked = rerank_sentences(self.reranker, claim, ranked, self.settings.rerank_pool)
         return ranked
 
     def _gold(self, claim: dict) -> tuple[list[tuple[int, int]], set[tuple[str, int]] | None]:
