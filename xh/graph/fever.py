@@ -70,6 +70,7 @@ __all__ = [
     "build_fever_graphs",
     "holds_gold_group",
     "evidence_recall",
+    "sentence_training_examples",
 ]
 
 QUARANTINE_SOURCE = "graphs/fever"
@@ -352,3 +353,21 @@ def evidence_recall(graphs: Sequence[dict], claims: Sequence[dict]) -> dict:
         "graphs": len(graphs),
         "nodes_per_graph": {"mean": float(np.mean(sizes)), "min": min(sizes), "max": max(sizes)} if sizes else None,
     }
+
+
+def sentence_training_examples(
+    claims_uri: str,
+    tables_uri: str,
+    negatives_per_positive: int = 3,
+    seed: int = 13,
+    max_claims: int | None = None,
+    s3: S3Settings | None = None,
+) -> list:
+    """Claim-sentence training pairs of the sentence re-ranker (`rerank.claims`): a FEVER claims file
+    over the docs under `tables_uri` (`xh.retrieval.sentences.sentence_examples`)."""
+    from xh.fever import read_fever_claims
+    from xh.retrieval.sentences import sentence_examples
+
+    claims, _ = read_fever_claims(claims_uri, s3)
+    builder = FeverGraphBuilder.load(tables_uri, FeverGraphSettings(), s3)
+    return sentence_examples(claims[:max_claims], builder, negatives_per_positive, seed)

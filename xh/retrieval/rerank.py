@@ -167,13 +167,8 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
         by_id = {d: (t, x) for d, t, x in zip(*(docs[c].to_pylist() for c in ("doc_id", "title", "text")))}
         examples = examples_from_candidates(questions, candidates, by_id, r.negatives_per_positive, r.seed)
         source = r.retrieval
-    elif r.claims:  # FEVER: claim-sentence pairs for the sentence re-ranker (xh.retrieval.sentences)
-        from xh.retrieval.sentences import claim_examples
-
-        examples = claim_examples(r.claims, tables_uri, r.negatives_per_positive, r.seed, r.max_questions, s3)
-        source = r.claims
     else:
-        raise ConfigError("no training data: set rerank.questions (a HotpotQA file), rerank.retrieval or rerank.claims")
+        raise ConfigError("no training data: set rerank.questions (a HotpotQA file) or rerank.retrieval")
     if not examples:
         raise ConfigError(f"{source} gives no training pairs: no question has a supporting paragraph to learn from")
     return examples

@@ -2,6 +2,7 @@
 sentence ranking and the top 5 evidence sentences of a claim's graph.
 
     examples = sentence_examples(claims, builder, negatives_per_positive=3, seed=13)   # training pairs
+    examples = xh.graph.fever.sentence_training_examples(claims_uri, tables_uri, 3, 13)  # of a claims file
     xh rerank --set rerank.claims=train-claims.jsonl          # trains it (`workflows.rerank`), as for paragraphs
     xh graphs build --set graphs.task=fever --set graphs.sentence_reranker=runs/demo-fever/models/sentence-reranker
 
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from xh.retrieval.rerank import Example, passage_text
 
-__all__ = ["sentence_examples", "claim_examples", "rerank_sentences"]
+__all__ = ["sentence_examples", "rerank_sentences"]
 
 
 def sentence_examples(
@@ -43,16 +44,6 @@ def sentence_examples(
         rng.shuffle(pairs)
         examples += [Example(claim["qid"], claim["claim"], text, label) for text, label in pairs]
     return examples
-
-
-def claim_examples(claims_uri: str, tables_uri: str, negatives_per_positive: int, seed: int, max_claims, s3=None):
-    """`sentence_examples` of a FEVER claims file over the docs table under `tables_uri` (`rerank.claims`)."""
-    from xh.fever import read_fever_claims
-    from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
-
-    claims, _ = read_fever_claims(claims_uri, s3)
-    builder = FeverGraphBuilder.load(tables_uri, FeverGraphSettings(), s3)
-    return sentence_examples(claims[:max_claims], builder, negatives_per_positive, seed)
 
 
 def rerank_sentences(encoder, claim: str, ranked: list, pool: int) -> list:
