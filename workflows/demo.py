@@ -18,8 +18,8 @@ generated data. Stages run in order, each reading what the previous one wrote:
 
 The FEVER leg (`python -m workflows.demo --config configs/demo-fever.yaml`, `make demo TASK=fever`;
 `run_fever`): synth -> wiki (FEVER wiki-pages) -> claims split by id into train / dev / test ->
-graphs (train: gold first; dev and test: retrieval alone) -> with `graphs.sentence_reranker=auto`, a sentence
-re-ranker trained on the training claims and used by every split's graphs -> train
+(with `graphs.sentence_reranker=auto`: a sentence re-ranker trained on the training claims) -> graphs
+(train: gold first; dev and test: retrieval alone) -> train
 (model.task=fever, checkpoints ranked by the dev FEVER score) registered as `xh-fever` -> promote on the
 dev graphs by FEVER score -> batch-score the test claims as new ones -> the official FEVER scorer on
 that output (`xh eval fever --gold <root>/eval/test-claims.jsonl --pred <predictions partition>`).
