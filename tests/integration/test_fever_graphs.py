@@ -155,10 +155,12 @@ def test_fever_train_promote_batch_score_and_the_official_score(
     first = promote.run(load_config(None, [*gate, "promote.floor=100"]))  # no model reaches 100 points
     assert not first["promoted"] and first["metric"] == "fever_score" and "floor 100" in first["reason"]
     rows = store.iter_graphs(built["test"]["output"])
-    just_above = registry.promote(name, list(rows), metric="fever_score", floor=first["challenger_score"] + 0.01)
+    just_above = registry.promote(
+        name, list(rows), metric="fever_score", floor=first["challenger_score"] + 0.01, task="fever"
+    )
     assert not just_above["promoted"]
     rows = list(store.iter_graphs(built["test"]["output"]))
-    at = registry.promote(name, rows, metric="fever_score", floor=first["challenger_score"] - 1e-6)
+    at = registry.promote(name, rows, metric="fever_score", floor=first["challenger_score"] - 1e-6, task="fever")
     assert at["promoted"] and at["challenger_score"] == first["challenger_score"]
     assert client.get_model_version_by_alias(name, "champion").version == "1"
 
