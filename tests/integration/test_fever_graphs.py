@@ -84,6 +84,7 @@ def test_fever_graphs_on_ray(ray_cluster, world, minilm_path):
     assert summary["flags"]["fever_gold_group_in_graph"] >= 0.9 * summary["flags"]["fever_verifiable"]
 
 
+@pytest.mark.timeout(900)  # four Ray stages and a Ray Train run; on a loaded 2-core machine they take minutes
 def test_fever_train_promote_batch_score_and_the_official_score(
     ray_cluster, world, tiny_backbone, mlflow_server, s3_endpoint, tmp_path
 ):
