@@ -23,8 +23,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip check
 	touch $@
 
+# TASK=hotpot (the default), fever (configs/demo-fever.yaml) or all (both, one after the other)
+TASK ?= hotpot
 demo: install
-	$(PY) -m workflows.demo --config configs/demo.yaml
+	$(if $(filter hotpot all,$(TASK)),$(PY) -m workflows.demo --config configs/demo.yaml)
+	$(if $(filter fever all,$(TASK)),$(PY) -m workflows.demo --config configs/demo-fever.yaml)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: install lint

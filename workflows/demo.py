@@ -17,6 +17,14 @@ generated data. Stages run in order, each reading what the previous one wrote:
     promote       @challenger against @champion on the held-out graphs; the winner becomes @champion
     score         the held-out questions, as new questions without answers, through batch scoring with @champion
 
+The FEVER leg (`python -m workflows.demo --config configs/demo-fever.yaml`, `make demo TASK=fever`;
+`run_fever`): synth -> wiki (FEVER wiki-pages) -> claims split by id into train / dev / test ->
+(with `graphs.sentence_reranker=auto`: a sentence re-ranker trained on the training claims) -> graphs
+(train: gold first; dev and test: retrieval alone) -> train
+(model.task=fever, checkpoints ranked by the dev FEVER score) registered as `xh-fever` -> promote on the
+dev graphs by FEVER score -> batch-score the test claims as new ones -> the official FEVER scorer on
+that output (`xh eval fever --gold <root>/eval/test-claims.jsonl --pred <predictions partition>`).
+
 One MLflow run records the config (flattened), each stage's counts and seconds, and the summary; the
 training, scoring and graph stages have runs of their own. The last thing printed is a summary table.
 """
@@ -70,6 +78,8 @@ def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
 
 def run(cfg: XHConfig) -> dict:
     cfg = _offline_backbone(cfg)
+    if cfg.model.task == "fever":  # configs/demo-fever.yaml: the FEVER leg
+        return run_fever(cfg)
     init_ray(cfg)
     stages: dict[str, dict] = {}
     with stage_run(cfg, "demo") as run_info:
@@ -186,6 +196,8 @@ def _offline_backbone(cfg: XHConfig) -> XHConfig:
 
 def summary_table(summary: dict) -> str:
     """What a person reads at the end: the figures, where everything is, how to look at it."""
+    if "fever_eval" in summary:
+        return fever_summary_table(summary)
     s = summary
     ev, scored = s["evaluate"], s["score"]
     rows = [
@@ -239,6 +251,139 @@ def _retrieve_config(cfg: XHConfig, reranker: str | None = None) -> XHConfig:
     if not cfg.retrieve.questions:
         update["questions"] = join(synth.world_uri(cfg), "hotpot", "questions.json")
     return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})
+
+
+# --- the FEVER leg ----------------------------------------------------------------------------------
+
+AUTO = "auto"  # graphs.sentence_reranker=auto: the demo trains the sentence re-ranker and uses it
+
+
+def run_fever(cfg: XHConfig) -> dict:
+    """The FEVER leg end to end (see the module docstring)."""
+    init_ray(cfg)
+    stages: dict[str, dict] = {}
+    with stage_run(cfg, "demo") as run_info:
+        import mlflow
+
+        def stage(name: str, step) -> dict:
+            log("demo", f"--- {name}")
+            start = time.perf_counter()
+            stages[name] = step()
+            mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
+            return stages[name]
+
+        stage("synth", lambda: synth.run(cfg))
+        fever_wiki = cfg.wiki.model_copy(
+            update={"format": "fever", "inputs": [join(synth.world_uri(cfg), "fever", "wiki-pages")]}
+        )
+        stage("wiki", lambda: wiki.run(cfg.model_copy(update={"wiki": fever_wiki})))
+        stage("claims", lambda: split_claims(cfg))
+        reranker = cfg.graphs.sentence_reranker
+        if reranker == AUTO:
+            r = cfg.rerank.model_copy(
+                update={
+                    "claims": stages["claims"]["train"]["path"],
+                    "output": join(cfg.storage.root, "models", "sentence-reranker"),
+                }
+            )
+            stage("rerank", lambda: rerank.run(cfg.model_copy(update={"rerank": r})))
+            reranker = stages["rerank"]["output"]
+        cfg = cfg.model_copy(update={"graphs": cfg.graphs.model_copy(update={"sentence_reranker": reranker})})
+        for split in ("train", "dev", "test"):
+            g = cfg.graphs.model_copy(update={"claims_split": split, "questions": stages["claims"]["all"]})
+            stage(f"graphs_{split}", lambda g=g: graphs.run(cfg.model_copy(update={"graphs": g})))
+        stage("train", lambda: train.run(cfg))
+        stage("promote", lambda: promote_fever(cfg, stages["graphs_dev"]["output"]))
+        # a first model below the floor leaves no champion: the demo still scores, with the challenger
+        alias = "champion" if stages["promote"]["promoted"] or stages["promote"].get("champion") else "challenger"
+        stage("score", lambda: score_fever_claims(cfg, stages["claims"], alias))
+        stages["fever_eval"] = stages["score"].pop("official")
+        mlflow.log_metrics(flatten_numbers(stages))
+        mlflow.log_dict(stages, "summary.json")
+    return {"mlflow_run_id": run_info.info.run_id, **stages}
+
+
+def split_claims(cfg: XHConfig) -> dict:
+    """The world's claims file and, by claim id, its train split (re-ranker training), test gold, and the test
+    claims without labels (the day's new claims for batch scoring)."""
+    from xh.fever import write_claim_split
+
+    claims, s3, g = join(synth.world_uri(cfg), "fever", "claims.jsonl"), s3_settings(cfg), cfg.graphs
+    out = join(cfg.storage.root, "eval")
+    paths = {"train": join(out, "train-claims.jsonl"), "test": join(out, "test-claims.jsonl")}
+    counts = {
+        split: write_claim_split(claims, split, path, g.dev_fraction, g.test_fraction, s3=s3)
+        for split, path in paths.items()
+    }
+    incoming = join(cfg.storage.root, "incoming-claims")
+    write_claim_split(
+        claims, "test", join(incoming, "claims.jsonl"), g.dev_fraction, g.test_fraction, labels=False, s3=s3
+    )
+    return {
+        "all": claims,
+        "incoming": incoming,
+        **{split: {"path": paths[split], "claims": counts[split]} for split in paths},
+    }
+
+
+def promote_fever(cfg: XHConfig, dev_graphs: str) -> dict:
+    """`@challenger` against `@champion` by the official FEVER score on the retrieval-only dev graphs."""
+    from xh.graph.store import read_eval_set
+    from xh.registry import promote
+
+    p = cfg.promote
+    rows = read_eval_set(dev_graphs, s3_settings(cfg))
+    return promote(cfg.train.register_as, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task="fever")
+
+
+def score_fever_claims(cfg: XHConfig, claims: dict, alias: str = "champion") -> dict:
+    """The test claims, without labels, through batch scoring with `@champion` (`alias`); then the official FEVER
+    scorer on the predictions table against their gold (a claim without a prediction is a miss)."""
+    from xh.eval.fever import evaluate_fever_files
+
+    update = {"input": claims["incoming"], "model": f"models:/{cfg.train.register_as}@{alias}"}
+    summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
+    official = evaluate_fever_files(claims["test"]["path"], summary["output"], slices=True)
+    return summary | {"official": official}
+
+
+def fever_summary_table(summary: dict) -> str:
+    s = summary
+    ev, scored, g = s["fever_eval"], s["score"], s["graphs_test"]
+    recall = g["flags"].get("fever_gold_group_in_graph", 0) / max(1, g["flags"].get("fever_verifiable", 0))
+    slices = ev.get("slices", {})
+    rows = [
+        ("world", f"{s['synth']['docs']} pages, {s['wiki']['docs']} docs"),
+        (
+            "claims",
+            f"train {s['graphs_train']['graphs']}, dev {s['graphs_dev']['graphs']}, test {s['claims']['test']['claims']}",
+        ),
+        (
+            "sentence retrieval",
+            f"test evidence recall@5 {recall:.3f} ({'BM25 + re-ranker' if 'rerank' in s else 'BM25'})",
+        ),
+        (
+            "training",
+            f"{s['train']['step']} steps on {s['train']['train_graphs']} graphs; dev FEVER score "
+            f"{s['train']['metrics'].get('dev_fever_score', 0):.3f}; registered "
+            f"{s['train']['registered']['name']} v{s['train']['registered']['version']}",
+        ),
+        ("promotion", f"{'promoted' if s['promote']['promoted'] else 'kept champion'}: {s['promote']['reason']}"),
+        (
+            "test claims (official)",
+            f"FEVER score {ev['fever_score']:.3f}  label accuracy {ev['label_accuracy']:.3f}  "
+            f"evidence P {ev['evidence_precision']:.3f} R {ev['evidence_recall']:.3f} F1 {ev['evidence_f1']:.3f}",
+        ),
+        (
+            "slices (FEVER score)",
+            "  ".join(f"{k} {v['fever_score']:.3f} ({v['claims']})" for k, v in sorted(slices.items())),
+        ),
+        ("batch scoring", f"{scored['predictions']} predictions, {sum(scored['quarantined'].values())} quarantined"),
+        ("predictions", scored["output"]),
+        ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
 def _wiki_config(cfg: XHConfig) -> XHConfig:

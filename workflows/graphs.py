@@ -40,11 +40,16 @@ ROUTED = "_routed"  # the docs and links routed to each shard, inside the stagin
 def paths(cfg: XHConfig) -> dict[str, str]:
     g, root = cfg.graphs, cfg.storage.root
     return {
-        "output": g.output or join(root, "graphs", g.task),
-        "quarantine": g.quarantine or join(root, "graphs", "quarantine", g.task),
+        "output": g.output or join(root, "graphs", _folder(g)),
+        "quarantine": g.quarantine or join(root, "graphs", "quarantine", _folder(g)),
         "retrieval": g.retrieval or join(root, "retrieval"),
         "tables": g.tables or join(root, "tables"),
     }
+
+
+def _folder(g) -> str:
+    """fever, or fever-dev / fever-test for a held-out claim split (`graphs.claims_split`)."""
+    return f"{g.task}-{g.claims_split}" if g.task == "fever" and g.claims_split in ("dev", "test") else g.task
 
 
 class _ShardActor:

@@ -48,7 +48,13 @@ def run(cfg: XHConfig) -> dict:
     cfg = absolute_tracking(cfg)
     paths = _paths(cfg)
     backbone = resolve_backbone(r.backbone)
-    examples = training_examples(r, paths["tables"], s3)
+    if r.claims:  # FEVER: claim-sentence pairs for the sentence re-ranker (xh.retrieval.sentences)
+        from xh.graph.fever import sentence_training_examples
+
+        args = (r.negatives_per_positive, r.seed, r.max_questions, s3)
+        examples = sentence_training_examples(r.claims, paths["tables"], *args)
+    else:
+        examples = training_examples(r, paths["tables"], s3)
     units, per_step, unit = training_units(r, examples)
     plan = plan_steps(
         len(units), workers=r.workers, batch_size=per_step, epochs=r.epochs, max_steps=r.max_steps, unit=unit

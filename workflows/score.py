@@ -127,6 +127,15 @@ def _paths(cfg: XHConfig, model: dict, run_date: str) -> dict[str, str]:
     }
 
 
+def _snapshot(cfg: XHConfig, paths: dict, s3) -> str:
+    """What the predictions were retrieved from: the BM25 index (HotpotQA); FEVER's sentence retrieval
+    indexes the docs table itself, so its snapshot is that table's size."""
+    if cfg.graphs.task == "fever":
+        docs = join(paths["tables"], "docs")
+        return f"{docs} docs={count_rows(docs, s3)} retrieval=fever-sentences"
+    return corpus_snapshot(paths["index"], s3)
+
+
 # what changes where resources change, not the predictions: not part of the staging fingerprint
 RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus", "inference_threads", "use_gpu"}
 
@@ -229,7 +238,7 @@ def run(cfg: XHConfig) -> dict:
     model = resolve_model(sc.model)
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     paths = _paths(cfg, model, run_date)
-    snapshot = corpus_snapshot(paths["index"], s3)
+    snapshot = _snapshot(cfg, paths, s3)
     init_ray(cfg)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     log("score", f"model {model['name']} v{model['version']}, {len(inputs)} input file(s), run date {run_date}")

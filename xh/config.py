@@ -117,6 +117,9 @@ class RerankConfig(Section):
     retrieval: str | None = Field(
         None, description="instead: a retrieval output folder (questions + candidates); BM25 candidates as negatives"
     )
+    claims: str | None = Field(
+        None, description="instead: FEVER training claims (JSON lines): claim-sentence pairs for the sentence re-ranker"
+    )
     tables: str | None = Field(None, description="docs table for `retrieval`; default <storage.root>/tables")
     max_questions: int | None = Field(None, ge=1, description="use only the first N questions")
     output: str | None = Field(
@@ -183,6 +186,16 @@ class GraphsConfig(Section):
     )
     seed: int = Field(13, description="node order of the `sequence` edge mode")
     require_answer: bool = Field(True, description="quarantine span-answer questions whose graph holds no answer")
+    claims_split: Literal["all", "train", "dev", "test"] = Field(
+        "all",
+        description="FEVER: the claims built, by a stable hash of the claim id; dev / test graphs are retrieval only",
+    )
+    dev_fraction: float = Field(0.1, ge=0.0, le=1.0, description="FEVER: share of claims in the dev split")
+    test_fraction: float = Field(0.1, ge=0.0, le=1.0, description="FEVER: share of claims in the test split")
+    sentence_reranker: str | None = Field(
+        None, description="FEVER: cross-encoder folder (xh rerank with rerank.claims) re-ordering BM25's sentences"
+    )
+    sentence_rerank_pool: int = Field(20, ge=1, description="FEVER: BM25's best sentences the re-ranker re-orders")
     tokenizer: str | None = Field(
         None, description="tokenizer folder or name for tokens-per-node statistics; None skips them"
     )

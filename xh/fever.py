@@ -5,6 +5,12 @@
              #  "label": "SUPPORTS", "evidence": [[{"page": "Soul_Food_-LRB-film-RRB-", "line": 0}]]}
 
     rows, quarantined = claim_rows(lines, source="claims.jsonl")   # lines already in memory (str or bytes)
+    claim_split("137334", dev_fraction=0.1, test_fraction=0.1)       # "train", "dev" or "test", by id
+    write_claim_split("claims.jsonl", "test", "test.jsonl", 0.1, 0.1, labels=False)  # held-out claims, as new
+
+Splits are a stable hash of the claim id (the same on every machine and run), so that dev and test
+claims are built apart from the training claims (`graphs.claims_split`) and never meet gold-first
+training graphs.
 
 A claim file is FEVER's JSON lines: `{"id", "claim", "label"?, "evidence"?, "verifiable"?}` where
 `evidence` is a list of groups, each a list of `[annotation_id, evidence_id, page, line]`; a claim is
@@ -23,15 +29,25 @@ the lines before it are kept). Positions are 1-based line numbers.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
 from xh.jsonfiles import is_utf8_text
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, open_input
+from xh.storage import S3Settings, open_input, open_output
 from xh.wiki.streams import Truncated, decompressed, lines
 
-__all__ = ["LABELS", "SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO", "claim_rows", "read_fever_claims"]
+__all__ = [
+    "LABELS",
+    "SUPPORTS",
+    "REFUTES",
+    "NOT_ENOUGH_INFO",
+    "claim_rows",
+    "read_fever_claims",
+    "claim_split",
+    "write_claim_split",
+]
 
 SUPPORTS, REFUTES, NOT_ENOUGH_INFO = "SUPPORTS", "REFUTES", "NOT ENOUGH INFO"
 LABELS = (SUPPORTS, REFUTES, NOT_ENOUGH_INFO)  # the order of xh.graph.encoded.CLAIM_LABELS
@@ -144,3 +160,39 @@ def _sentence(item: Any) -> dict | None:
     if isinstance(line, bool) or not isinstance(line, int) or not 0 <= line < 2**31:
         raise _Bad(f"bad evidence: line {line!r} of {page} is not a line number")
     return {"page": page.strip(), "line": line}
+
+
+def claim_split(qid: str, dev_fraction: float, test_fraction: float) -> str:
+    """ "dev", "test" or "train" for a claim id: a stable hash, the dev share first (as
+    `xh.train.loop.in_dev_split` cuts it), then the test share."""
+    bucket = zlib.crc32(str(qid).encode("utf-8")) % 10_000
+    if bucket < dev_fraction * 10_000:
+        return "dev"
+    return "test" if bucket < (dev_fraction + test_fraction) * 10_000 else "train"
+
+
+def write_claim_split(
+    claims_uri: str,
+    split: str,
+    out_uri: str,
+    dev_fraction: float,
+    test_fraction: float,
+    *,
+    labels: bool = True,
+    s3: S3Settings | None = None,
+) -> int:
+    """The claims of one split as a FEVER JSON-lines file (gold for `xh eval fever`, or without labels
+    and evidence as new claims for `xh score`); returns how many. Quarantined records are left out."""
+    rows, _ = read_fever_claims(claims_uri, s3)
+    lines = []
+    for row in rows:
+        if claim_split(row["qid"], dev_fraction, test_fraction) != split:
+            continue
+        record: dict[str, Any] = {"id": row["qid"], "claim": row["claim"]}
+        if labels:
+            groups = [[[None, None, s["page"], s["line"]] for s in group] for group in row["evidence"] or []]
+            record |= {"label": row["label"], "evidence": groups or [[[None, None, None, None]]]}
+        lines.append(json.dumps(record))
+    with open_output(out_uri, s3) as f:
+        f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    return len(lines)

@@ -5,7 +5,9 @@ pyfunc and batch scoring all share.
     predictions = predict_graphs(model, tokenizer, rows)  # rows: `graphs` table rows as dicts
 
 HotpotQA predictions carry `answer`, `answer_doc_id`, `supporting_facts` ([title, sentence]) and
-`node_score`; FEVER predictions `label`, `label_probs` and `evidence` ([title, line]).
+`node_score`; FEVER predictions `label`, `label_probs` and `evidence` ([FEVER page id, line]).
+`fever_gold(rows)` and `fever_prediction_file(predictions)` are the official FEVER scorer's two files
+(`xh.eval.fever.evaluate_fever`), as `hotpot_gold` / `hotpot_prediction_file` are HotpotQA's.
 """
 
 from __future__ import annotations
@@ -94,3 +96,25 @@ def hotpot_prediction_file(predictions: Sequence[dict]) -> dict:
         "answer": {p["qid"]: p["answer"] for p in predictions},
         "sp": {p["qid"]: [list(sf) for sf in p["supporting_facts"]] for p in predictions},
     }
+
+
+def fever_gold(rows: Sequence[dict]) -> list[dict]:
+    """FEVER graph rows as the official scorer's gold lines: `evidence` groups of
+    [annotation_id, evidence_id, page, line] (NOT ENOUGH INFO: no groups)."""
+    return [
+        {
+            "id": r["qid"],
+            "label": r["claim_label"],
+            "evidence": [[[None, None, s["page"], s["line"]] for s in group] for group in (r.get("evidence") or [])],
+        }
+        for r in rows
+    ]
+
+
+def fever_prediction_file(predictions: Sequence[dict]) -> list[dict]:
+    """FEVER predictions in the official format, one per claim in the same order:
+    {"id", "predicted_label", "predicted_evidence": [[page_id, line], ...]} (at most 5, by importance)."""
+    return [
+        {"id": p["qid"], "predicted_label": p["label"], "predicted_evidence": [list(e) for e in p["evidence"]]}
+        for p in predictions
+    ]

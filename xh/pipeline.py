@@ -72,9 +72,16 @@ class Pipeline:
         s3: S3Settings | None = None,
     ) -> Pipeline:
         """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
-        `classifier` folder); the model half when `model` is given."""
+        `classifier` folder; FEVER, `graph.task == "fever"`: `tables` alone); the model half when
+        `model` is given."""
         retriever = question_types = weights = tokenizer = None
-        if index is not None:
+        if graph is not None and graph.task == "fever" and tables is not None:
+            # FEVER claims: the sentence retriever over the docs (`xh.graph.fever`) is the whole graph half
+            from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
+
+            settings = FeverGraphSettings(reranker=graph.sentence_reranker, rerank_pool=graph.sentence_rerank_pool)
+            retriever = FeverGraphBuilder.load(tables, settings, s3)
+        elif index is not None:
             retriever = Retriever.load(index, tables, retrieval, s3)
             if classifier:
                 from xh.model.qtype import QuestionTypeClassifier
@@ -87,6 +94,9 @@ class Pipeline:
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
         questions = list(questions)
+        if self.graph_settings is not None and self.graph_settings.task == "fever":
+            claims = [{"qid": q["qid"], "claim": q["question"], "label": None, "evidence": None} for q in questions]
+            return self.retriever.build(claims)  # retrieval-only graphs; a claim with no sentence: quarantined
         candidates: dict[str, list[dict]] = {}
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             candidates.setdefault(row["qid"], []).append(row)

@@ -7,7 +7,7 @@
 This is the one place that reads question records. A HotpotQA question file is the official JSON
 array (`_id, question, answer?, type?, level?, supporting_facts?, context?`); batch scoring also
 reads JSON lines and Parquet (`QUESTION_FILES`), one record per line or row, with `qid` (or `_id`,
-`id`) and `question`. Records that cannot be used are quarantined with the reason, never dropped:
+`id`) and `question` (FEVER's `claim`). Records that cannot be used are quarantined with the reason, never dropped:
 
     not JSON: ...                   a JSON-lines line (or a whole JSON file) that does not parse
     non-utf8 bytes: ...             a JSON-lines line whose bytes are not UTF-8
@@ -92,7 +92,7 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
         if not isinstance(record, dict):
             quarantined.append(_quarantine(source, position, "invalid record: not an object", record))
             continue
-        qid, question = record_id(record), record.get("question")
+        qid, question = record_id(record), record.get("question", record.get("claim"))  # FEVER: claim
         wrong = _wrong_type(record)
         if not qid:
             quarantined.append(_quarantine(source, position, "missing id", record))

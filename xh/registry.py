@@ -213,7 +213,7 @@ def _version_of(client, name: str, alias: str):
 
 
 def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -> dict:
-    """The official metrics (HotpotQA; FEVER label accuracy) of one registered version on graph rows."""
+    """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows."""
     from xh.eval.hotpot import evaluate_hotpot
     from xh.inference import hotpot_gold, hotpot_prediction_file
 
@@ -227,10 +227,11 @@ def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -
         {k: json.loads(v) if k in ("supporting_facts", "evidence", "label_probs") else v for k, v in p.items()}
         for p in frame.to_dict("records")
     ]
-    if task == "fever":
-        gold = {r["qid"]: r["claim_label"] for r in rows}
-        correct = sum(gold[p["qid"]] == p["label"] for p in predictions)
-        return {"label_accuracy": correct / max(1, len(rows))}
+    if task == "fever":  # the official scorer: fever_score, label_accuracy, evidence_*, and per slice
+        from xh.eval.fever import evaluate_fever, flat_metrics
+        from xh.inference import fever_gold, fever_prediction_file
+
+        return flat_metrics(evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True))
     return evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
 
 

@@ -113,6 +113,10 @@ GRAPH_NODE = pa.struct(
     ]
 )
 
+# FEVER: one gold evidence sentence, as FEVER's evidence names it (page id, e.g. "Soul_Food_-LRB-film-RRB-",
+# and line number); the page id is the `doc_id` of a docs table read from FEVER's wiki-pages.
+EVIDENCE_SENTENCE = pa.struct([pa.field("page", pa.string()), pa.field("line", pa.int32())])
+
 GRAPH_EDGE = pa.struct([pa.field("src", pa.int32()), pa.field("dst", pa.int32())])  # dst's hub attends to src's
 
 GRAPHS = pa.schema(
@@ -132,12 +136,10 @@ GRAPHS = pa.schema(
         # edge mode typed: each edge's type (xh.model.gesa.EDGE_TYPES), parallel to `edges`; null otherwise
         # (last and nullable: tables written before it read as null)
         pa.field("edge_types", pa.list_(pa.string())),
+        # FEVER: the claim's gold evidence groups as in CLAIMS (page ids), for the official FEVER score
+        pa.field("evidence", pa.list_(pa.list_(EVIDENCE_SENTENCE))),
     ]
 )
-
-# FEVER: one gold evidence sentence, as FEVER's evidence names it (page id, e.g. "Soul_Food_-LRB-film-RRB-",
-# and line number); the page id is the `doc_id` of a docs table read from FEVER's wiki-pages.
-EVIDENCE_SENTENCE = pa.struct([pa.field("page", pa.string()), pa.field("line", pa.int32())])
 
 CLAIMS = pa.schema(
     [
@@ -158,7 +160,7 @@ PREDICTIONS = pa.schema(
         pa.field("answer_doc_id", pa.string()),  # the node the answer came from (FEVER: null)
         pa.field("answer_title", pa.string()),
         pa.field("answer_type", pa.string()),  # span / yes / no (FEVER: null)
-        pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # FEVER: the evidence [title, line]
+        pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # FEVER: the evidence {title: page id, sent: line}
         pa.field("score", pa.float64()),  # the chosen node's score (FEVER: the label's probability)
         pa.field("model_name", pa.string(), nullable=False),
         pa.field("model_version", pa.string(), nullable=False),

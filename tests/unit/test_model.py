@@ -505,8 +505,9 @@ def test_fever_decode_ranks_evidence_by_importance(backbone, tokenizer):
     out.claim_log_probs = torch.log(torch.tensor([[0.2, 0.7, 0.1], [0.1, 0.1, 0.8]]))
     first, second = decode(graphs, batch, out, max_answer_tokens=30)
     assert first["label"] == "REFUTES" and second["label"] == "NOT ENOUGH INFO"
-    assert first["evidence"] == [["Title 1", 1], ["Title 2", 2], ["Title 0", 0]]
-    assert second["evidence"] == [["Title 0", 0], ["Title 1", 1]]
+    # FEVER page ids (`fever_page_id` of the titles), as the gold evidence names pages
+    assert first["evidence"] == [["Title_1", 1], ["Title_2", 2], ["Title_0", 0]]
+    assert second["evidence"] == [["Title_0", 0], ["Title_1", 1]]
     assert math.isclose(sum(first["label_probs"].values()), 1.0, rel_tol=1e-6)
 
 

@@ -5,6 +5,8 @@
     evaluate_fever(gold, predictions)                # {"fever_score", "label_accuracy", "evidence_precision", ...}
     evaluate_fever(gold, predictions, slices=True)   # ... plus "slices": {"single_evidence": {...}, ...}
     evaluate_fever_files("paper_dev.jsonl", "predictions.jsonl")   # JSON lines, local or s3://
+    evaluate_fever_files("claims.jsonl", "predictions/run_date=D/model=xh-fever/version=3/")  # `xh score` output
+    flat_metrics(evaluate_fever(gold, predictions, slices=True))    # {"fever_score", "nei_label_accuracy", ...}
 
 Gold and predictions are paired by position, as the official scorer pairs them; a prediction that
 carries an "id" (or its own "label" / "evidence") must agree with its gold line, and a label outside
@@ -17,6 +19,11 @@ SUPPORTS / REFUTES / NOT ENOUGH INFO is refused rather than scored wrong. The ru
 - evidence recall, per non-NEI claim: 1 when a complete group is among the first 5 (or the claim has
   no gold evidence), else 0, averaged over non-NEI claims; F1 = 2PR / (P + R).
 The one departure: where the official F1 divides by zero (P = R = 0), it is 0 here.
+
+Batch scoring's output (a Parquet `predictions` table, `xh.schemas.PREDICTIONS`: FEVER's label in
+`answer`, evidence as `supporting_facts` {title: page id, sent: line}) is scored by pairing its rows
+with the gold lines by id instead of position; a claim without a prediction (quarantined on the way)
+scores as wrong: no label, no evidence.
 
 Slices: claims whose gold evidence has a group of one sentence (`single_evidence`), claims whose every
 group needs several sentences (`multi_evidence`), `not_enough_info`, and `no_evidence` for a verifiable
@@ -115,14 +122,63 @@ def evaluate_fever(
 
 
 def evaluate_fever_files(gold_path: str, pred_path: str, slices: bool = False) -> dict[str, Any]:
-    """`evaluate_fever` on two JSON-lines files (local paths or s3:// URIs), paired line by line."""
+    """`evaluate_fever` on two JSON-lines files (local paths or s3:// URIs), paired line by line; a
+    prediction path that is a Parquet predictions table (a folder, or a `.parquet` file) is paired by id."""
     try:
-        return _evaluate(read_jsonl(gold_path), read_jsonl(pred_path), slices, MAX_EVIDENCE)
+        gold = read_jsonl(gold_path)
+        if pred_path.endswith((".jsonl", ".json", ".jsonl.bz2")):
+            predictions = read_jsonl(pred_path)
+        else:
+            predictions = list(enumerate(_table_predictions(pred_path, [record for _, record in gold]), 1))
+        return _evaluate(gold, predictions, slices, MAX_EVIDENCE)
     except EvalInputError as e:  # name the file instead of its side
         side, _, detail = str(e).partition(": ")
         if side not in ("gold", "prediction"):  # already names its file
             raise
         raise EvalInputError(f"{gold_path if side == 'gold' else pred_path}: {detail}") from None
+
+
+def official_predictions(rows: list[dict]) -> list[dict]:
+    """PREDICTIONS rows (FEVER) -> the official format: {"id", "predicted_label", "predicted_evidence"}."""
+    return [
+        {
+            "id": r["qid"],
+            "predicted_label": r["answer"],
+            "predicted_evidence": [[sf["title"], sf["sent"]] for sf in (r.get("supporting_facts") or [])],
+        }
+        for r in rows
+    ]
+
+
+def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """`evaluate_fever(..., slices=True)` as flat numeric keys (for MLflow): `fever_score`, ...,
+    `single_evidence_fever_score`, `nei_label_accuracy`, `multi_evidence_claims`; null measures left out."""
+    flat = {k: float(v) for k, v in result.items() if k in METRIC_KEYS}
+    for name, metrics in (result.get("slices") or {}).items():
+        prefix = "nei" if name == "not_enough_info" else name
+        flat |= {f"{prefix}_{k}": float(v) for k, v in metrics.items() if v is not None}
+    return flat
+
+
+def _table_predictions(uri: str, gold: list[Any]) -> list[dict | None]:
+    """A Parquet predictions table, one official record per gold line (None where a claim has none)."""
+    import pyarrow.dataset as pads
+
+    from xh.storage import resolve
+
+    try:
+        fs, path = resolve(uri)
+        table = pads.dataset(path, filesystem=fs, format="parquet").to_table(
+            columns=["qid", "answer", "supporting_facts"]
+        )
+    except (OSError, ValueError, KeyError) as e:  # pyarrow's errors are OSError / ArrowInvalid (a ValueError)
+        raise EvalInputError(f"prediction: {uri} is not a predictions table ({str(e).splitlines()[0]})") from None
+    by_id = {p["id"]: p for p in official_predictions(table.to_pylist())}
+    aligned = []
+    for record in gold:
+        found = by_id.get(str(record.get("id"))) if isinstance(record, dict) else None
+        aligned.append(None if found is None else {k: v for k, v in found.items() if k != "id"})
+    return aligned
 
 
 def _evaluate(gold: list[tuple[int, Any]], predictions: list[tuple[int, Any]], slices: bool, max_evidence: int) -> dict:
@@ -169,6 +225,8 @@ def _gold_claim(number: int, record: Any) -> GoldClaim:
 
 def _predicted_claim(number: int, record: Any, gold: dict) -> PredictedClaim:
     where = f"prediction: line {number}"
+    if record is None:  # a claim the predictions table has no row for: scored as wrong
+        return PredictedClaim("", [])
     if not isinstance(record, dict) or not isinstance(record.get("predicted_label"), str):
         raise EvalInputError(f"{where} has no string 'predicted_label'")
     label = record["predicted_label"].upper()

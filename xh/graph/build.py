@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, GraphsConfig
-from xh.fever import read_fever_claims
+from xh.fever import claim_split, read_fever_claims
 from xh.graph import store
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, holds_gold_group
 from xh.graph.hotpot import (
@@ -237,14 +237,24 @@ def fever_plan(settings: GraphsConfig, tables: str, s3: S3Settings | None = None
     """FEVER claims (`graphs.questions`, a FEVER JSON-lines file) over the docs of `xh wiki process --format fever`.
 
     `graphs.require_answer` plays its HotpotQA part, "training labels required": gold evidence
-    sentences first, and verifiable claims whose gold is not in the corpus quarantined. Graphs are
+    sentences first, and verifiable claims whose gold is not in the corpus quarantined. With
+    `graphs.claims_split` = dev or test only that split's claims are built, and by retrieval alone
+    (no gold first, nothing quarantined for missing gold), whatever `require_answer` says. Graphs are
     always fully connected (the paper's FEVER graphs), whatever `graphs.edge_mode` says.
     """
     if not settings.questions:
         raise FileNotFoundError("no claims given: set graphs.questions (a FEVER claims file, JSON lines)")
     claims, quarantined = read_fever_claims(settings.questions, s3)
     items = [{"position": n, "claim": c} for n, c in enumerate(claims, start=1)]
-    fever_settings = FeverGraphSettings(gold_evidence=settings.require_answer)
+    split = settings.claims_split
+    if split != "all":  # one split: claims of the other splits are not this build's input
+        fractions = settings.dev_fraction, settings.test_fraction
+        items = [i for i in items if claim_split(i["claim"]["qid"], *fractions) == split]
+    # Evaluation graphs are retrieval only, by construction: gold never chooses or orders their nodes.
+    gold_first = settings.require_answer and split in ("all", "train")
+    fever_settings = FeverGraphSettings(
+        gold_evidence=gold_first, reranker=settings.sentence_reranker, rerank_pool=settings.sentence_rerank_pool
+    )
     return TaskPlan(items, quarantined, partial(_fever_builder, tables, fever_settings, s3))
 
 

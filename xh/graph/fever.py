@@ -17,7 +17,8 @@ How a claim's nodes are chosen:
    surface form, longest match wins: `xh.retrieval.entity_linking.EntityLinker` over titles only).
 2. Their non-empty sentences are ranked by BM25 of the claim against "title sentence", with the
    statistics of that pool of sentences (as FEVER's baseline fits TF-IDF on the retrieved pages);
-   ties keep page order, then line order. The top `max_nodes` (5) are the retrieved sentences.
+   ties keep page order, then line order. With a `reranker` (`xh.retrieval.sentences`), BM25's best
+   `rerank_pool` are re-ordered by the cross-encoder. The top `max_nodes` (5) are the retrieved sentences.
 3. Training graphs (`gold_evidence=True`): the gold sentences come first (the first evidence group
    whose sentences are all in the corpus, then the other groups' sentences that are), retrieved
    ones fill up to `max_nodes`. A SUPPORTS / REFUTES claim with no complete group in the corpus is
@@ -29,6 +30,7 @@ What a graph row holds (`xh.schemas.GRAPHS`, task "fever", edge_mode "full"):
     question      the claim
     claim_label   SUPPORTS / REFUTES / NOT ENOUGH INFO, null for new claims
     supporting_facts  the gold sentences of every group, flattened, as (title, line); null when unknown
+    evidence      the claim's gold groups as in CLAIMS (page ids), what the FEVER score needs; null when unknown
     nodes[i]      doc_id = FEVER page id, title, sentences = [the sentence], anchors = [title],
                   line = the sentence's line in its page, source = "evidence" (put there as gold) or
                   "retrieved", score = its BM25 score in the pool (null for gold not in the pool),
@@ -68,6 +70,7 @@ __all__ = [
     "build_fever_graphs",
     "holds_gold_group",
     "evidence_recall",
+    "sentence_training_examples",
 ]
 
 QUARANTINE_SOURCE = "graphs/fever"
@@ -80,6 +83,8 @@ class FeverGraphSettings:
     title_pages_per_surface: int = 3  # pages kept per title written in the claim ("Paris", "Paris (film)", ...)
     gold_evidence: bool = False  # training graphs: gold sentences first; verifiable claims without gold quarantined
     index_titles: bool = True  # BM25 over "title. text" (as the retrieve stage's index)
+    reranker: str | None = None  # a cross-encoder folder (xh.retrieval.sentences): re-orders BM25's best sentences
+    rerank_pool: int = 20  # BM25's best sentences the re-ranker re-orders
 
     def __post_init__(self) -> None:
         if self.max_nodes < 1 or self.bm25_pages < 0 or self.title_pages_per_surface < 0:
@@ -136,6 +141,7 @@ def build_fever_graph(claim: dict, sentences: Sequence[EvidenceSentence], gold: 
         "nodes": nodes,
         "edges": [{"src": i, "dst": j} for j in range(n) for i in range(n) if i != j],
         "edge_mode": "full",
+        "evidence": claim.get("evidence"),
     }
 
 
@@ -166,6 +172,11 @@ class FeverGraphBuilder:
         self.title_linker = EntityLinker.from_tables(
             empty_anchors, docs.select(["doc_id", "title"]), per_surface=max(settings.title_pages_per_surface, 1)
         )
+        self.reranker = None
+        if settings.reranker:
+            from xh.retrieval.rerank import CrossEncoder
+
+            self.reranker = CrossEncoder.load(settings.reranker).eval()
 
     @classmethod
     def load(cls, tables_uri: str, settings: FeverGraphSettings, s3: S3Settings | None = None) -> FeverGraphBuilder:
@@ -250,6 +261,10 @@ class FeverGraphBuilder:
             ranked.append(
                 EvidenceSentence(self.doc_ids[p], self.titles[p], line, sentence, "retrieved", float(scores[i]))
             )
+        if self.reranker is not None:
+            from xh.retrieval.sentences import rerank_sentences
+
+            ranked = rerank_sentences(self.reranker, claim, ranked, self.settings.rerank_pool)
         return ranked
 
     def _gold(self, claim: dict) -> tuple[list[tuple[int, int]], set[tuple[str, int]] | None]:
@@ -338,3 +353,21 @@ def evidence_recall(graphs: Sequence[dict], claims: Sequence[dict]) -> dict:
         "graphs": len(graphs),
         "nodes_per_graph": {"mean": float(np.mean(sizes)), "min": min(sizes), "max": max(sizes)} if sizes else None,
     }
+
+
+def sentence_training_examples(
+    claims_uri: str,
+    tables_uri: str,
+    negatives_per_positive: int = 3,
+    seed: int = 13,
+    max_claims: int | None = None,
+    s3: S3Settings | None = None,
+) -> list:
+    """Claim-sentence training pairs of the sentence re-ranker (`rerank.claims`): a FEVER claims file
+    over the docs under `tables_uri` (`xh.retrieval.sentences.sentence_examples`)."""
+    from xh.fever import read_fever_claims
+    from xh.retrieval.sentences import sentence_examples
+
+    claims, _ = read_fever_claims(claims_uri, s3)
+    builder = FeverGraphBuilder.load(tables_uri, FeverGraphSettings(), s3)
+    return sentence_examples(claims[:max_claims], builder, negatives_per_positive, seed)

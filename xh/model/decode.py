@@ -16,9 +16,10 @@ HotpotQA, one dict per graph:
   sentence whose probability passes 0.5; a node where none passes contributes its best sentence.
 
 FEVER, one dict per graph:
-    {"qid", "label", "label_probs": {label: p}, "evidence": [[title, line], ...]}
+    {"qid", "label", "label_probs": {label: p}, "evidence": [[page_id, line], ...]}
 - label = argmax of p(y) = Σ importance × p(y|node); evidence = nodes by importance, at most 5 (the
-  FEVER scorer reads no more), nodes without a page line skipped.
+  FEVER scorer reads no more), nodes without a page line skipped. Pages are named by their FEVER page
+  id (`xh.wiki.titles.fever_page_id` of the node's title), as FEVER's gold evidence names them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import torch
 from xh.graph.encoded import ANSWER_TYPES, CLAIM_LABELS, QUESTION_TYPES, EncodedGraph
 from xh.model.batch import GraphBatch
 from xh.model.xh import XHOutput
+from xh.wiki.titles import fever_page_id
 
 SUPPORTING_NODES = 2
 SENTENCE_THRESHOLD = 0.5
@@ -107,7 +109,7 @@ def _fever(graph: EncodedGraph, rows: range, out: dict, g: int) -> dict:
     probs = out["claim_log_probs"][g].exp()
     importance = out["importance"][rows.start : rows.stop]
     evidence = [
-        [graph.node_titles[node], int(graph.node_lines[node])]
+        [fever_page_id(graph.node_titles[node]), int(graph.node_lines[node])]
         for node in torch.argsort(importance, descending=True).tolist()
         if graph.node_lines[node] >= 0
     ]

@@ -24,11 +24,17 @@ import time
 import zlib
 from pathlib import Path
 
-import numpy as np
-
 from xh.config import TrainConfig, XHConfig
+from xh.eval.fever import evaluate_fever, flat_metrics
 from xh.eval.hotpot import evaluate_hotpot
-from xh.inference import autocast, hotpot_gold, hotpot_prediction_file, predict_graphs
+from xh.inference import (
+    autocast,
+    fever_gold,
+    fever_prediction_file,
+    hotpot_gold,
+    hotpot_prediction_file,
+    predict_graphs,
+)
 from xh.model import XHModel, load_tokenizer
 from xh.model.variants import load_saved, new_model, training_batch
 from xh.tracking import TrainingRun
@@ -62,8 +68,16 @@ def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
     ]
 
 
-def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, attention: list | None = None) -> dict:
-    """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`."""
+def evaluate_dev(
+    model: XHModel,
+    tokenizer,
+    rows: list[dict],
+    cfg: XHConfig,
+    attention: list | None = None,
+    official: dict | None = None,
+) -> dict:
+    """Dev metrics with the official HotpotQA rules (FEVER: the official scorer, with its slices), keys
+    prefixed `dev_`. `official`, when a dict, receives FEVER's "gold" and "predictions" files."""
     predictions = predict_graphs(
         model,
         tokenizer,
@@ -73,11 +87,33 @@ def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, att
         collect_attention=attention,
     )
     if cfg.model.task == "fever":
-        gold = {r["qid"]: r["claim_label"] for r in rows}
-        accuracy = float(np.mean([gold[p["qid"]] == p["label"] for p in predictions])) if predictions else 0.0
-        return {"dev_label_accuracy": accuracy, "dev_graphs": len(rows)}
+        return fever_dev_metrics(rows, predictions, official)
     metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
     return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+
+
+def fever_dev_metrics(rows: list[dict], predictions: list[dict], official: dict | None = None) -> dict:
+    """The official FEVER scorer on dev graphs: FEVER score, label accuracy, evidence P / R / F1 and the
+    single- / multi-evidence / NEI slices, as `dev_` metrics."""
+    gold, predicted = fever_gold(rows), fever_prediction_file(predictions)
+    if official is not None:
+        official.update(gold=gold, predictions=predicted)
+    if not rows:
+        return {"dev_fever_score": 0.0, "dev_label_accuracy": 0.0, "dev_graphs": 0}
+    metrics = flat_metrics(evaluate_fever(gold, predicted, slices=True))
+    return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+
+
+def _log_fever_files(mlflow, official: dict, step: int) -> None:
+    """The dev evaluation's official files: `xh eval fever --gold dev/gold.jsonl --pred dev/predictions-<step>.jsonl`
+    gives the run's `dev_fever_score` at that step."""
+    import json
+
+    def lines(records: list[dict]) -> str:
+        return "".join(json.dumps(r) + "\n" for r in records)
+
+    mlflow.log_text(lines(official["gold"]), "dev/gold.jsonl")
+    mlflow.log_text(lines(official["predictions"]), f"dev/predictions-{step}.jsonl")
 
 
 def _worker_nodes(world_size: int) -> list[str]:
@@ -166,14 +202,16 @@ def train_loop_per_worker(config: dict) -> None:
         if rank != 0:
             report(metrics)
             return
-        recorder, batches = None, []
+        recorder, batches, official = None, [], {}
         if final and train.attention_figures and getattr(model, "hop_steps", None):
             from xh.train.figures import HopAttentionRecorder
 
             with HopAttentionRecorder(model) as recorder:
-                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches)
+                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches, official)
         else:
-            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg)
+            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, official=official)
+        if official:
+            _log_fever_files(mlflow, official, progress.step)
         model.train()
         progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
         tracking.log(progress.step, progress.metrics)
