@@ -87,26 +87,6 @@ def tiny_backbone(folder: Path, tokenizer_folder: str) -> str:
     return str(folder)
 
 
-def bench_model_class():
-    """XHModel taking packed batches: `_encode` as proposed for xh/model/xh.py (drop once it is there)."""
-    from xh.model import HopGraph, XHModel
-    from xh.model.packing import encoder_inputs, hub_positions, node_states
-
-    class PackingXHModel(XHModel):
-        def _encode(self, batch):
-            graph = HopGraph.build(
-                batch.edges, batch.num_nodes, self.cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-            )
-            self._graph = graph if self.hop_steps else None
-            try:
-                out = self.backbone(**encoder_inputs(batch, self.backbone, self._use_token_types))
-            finally:
-                self._graph = None
-            return node_states(batch, out.last_hidden_state), graph
-
-    return PackingXHModel
-
-
 def batches(config: str, rows: list[dict], tokenizer, args, encoder):
     """The batches of one epoch for one configuration (made ahead in a background thread but for the baseline)."""
     from xh.graph.encode import encode_graphs
@@ -183,12 +163,13 @@ class Run:
 
     def __init__(self, config: str, hop_layers: int, backbone: str, args, encoder):
         from xh.config import ModelConfig
+        from xh.model import XHModel
 
         self.config, self.args, self.encoder = config, args, encoder
         self.device = torch.device(args.device)
         torch.manual_seed(args.seed)  # the same initial weights for every configuration
         cfg = ModelConfig(backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens)
-        self.model = bench_model_class().from_backbone(cfg).to(self.device).train()
+        self.model = XHModel.from_backbone(cfg).to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)
         self.epochs: list[float] = []
         self.step_cpu: list[float] = []  # per epoch: CPU seconds of this thread in its steps
