@@ -22,6 +22,7 @@ from xh.config import XHConfig
 from xh.storage import is_s3, join, resolve
 from xh.tables import require_complete
 from xh.tracking import absolute_tracking
+from xh.train.batching import BatchLayout, plan_token_batches
 from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
 from xh.train.worker import plan_steps
@@ -58,6 +59,17 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
     return train, dev
 
 
+def token_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256):
+    """`batching=tokens`: batches hold as many graphs as fit, so the steps are planned from how the first
+    `sample_size` training graphs pack (`xh.train.batching.plan_token_batches`)."""
+    from xh.graph.encode import encode_graphs
+    from xh.model import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.model.backbone)
+    sample = encode_graphs(train_ds.take(sample_size), tokenizer, cfg.model.max_node_tokens)
+    return plan_token_batches(sample, num_train, cfg)
+
+
 def fit(cfg: XHConfig) -> dict:
     """Run the trainer; return the best checkpoint's folder (a local copy), metrics and MLflow run id."""
     import ray.train
@@ -69,6 +81,7 @@ def fit(cfg: XHConfig) -> dict:
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
         require_complete(uri, s3, "graphs", hint=" (build them with `xh graphs build`)")
+    BatchLayout.of(cfg)  # a batch too small for one row: a one-line error before Ray starts
     init_ray(cfg)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
@@ -81,6 +94,8 @@ def fit(cfg: XHConfig) -> dict:
         max_steps=cfg.train.max_steps,
         unit="graphs",
     )
+    if cfg.train.batching == "tokens":
+        plan = token_plan(cfg, train_ds, num_train)
     log("train", f"{num_train} training graphs, {num_dev} dev graphs; plan {asdict(plan)}")
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None
     storage_path = resolve(paths["storage"], s3)[1] if storage_fs else paths["storage"]

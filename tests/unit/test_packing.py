@@ -22,7 +22,6 @@ from xh.model.packing import (
     encoder_inputs,
     fill_rows,
     first_fit_decreasing,
-    hub_positions,
     node_states,
     pack,
     round_up,
