@@ -123,3 +123,26 @@ def test_a_batch_smaller_than_one_row_is_a_one_line_error(backbone):
 
 def test_without_a_process_group_lockstep_passes_items_through():
     assert list(in_lockstep(iter(range(5)), torch.device("cpu"))) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.gpu
+def test_on_cuda_prefetched_token_batches_arrive_pinned_and_train_in_bf16_as_in_float32(rows, backbone):
+    from xh.inference import autocast
+    from xh.train.prefetch import Prefetcher
+
+    cfg = config(backbone, "train.batching=tokens", "train.batch_tokens=1920")
+    model, layout, device = model_of(cfg).cuda(), BatchLayout.of(cfg), torch.device("cuda")
+    with GraphEncoder(model.tokenizer, MAX_TOKENS, processes=1) as encoder:
+        made = layout.batches(chunks(rows[:8], 4), encoder)
+        with Prefetcher(made, pin_memory=True) as batches:
+            for batch in in_lockstep(batches, device):
+                assert batch.row_input_ids.is_pinned()
+                batch = batch.to(device, non_blocking=True)
+                with torch.no_grad():
+                    full = model(batch).loss
+                with autocast(device, bf16=True):
+                    half = model(batch)
+                half.loss.backward()
+                assert half.loss.dtype == torch.float32 and torch.isfinite(half.loss)
+                torch.testing.assert_close(half.loss.detach(), full, rtol=0.05, atol=0.05)
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
