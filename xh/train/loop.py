@@ -221,8 +221,8 @@ def train_loop_per_worker(config: dict) -> None:
         prefetched = Prefetcher(made, depth=2, pin_memory=device.type == "cuda")
         stream = in_lockstep(prefetched, device) if layout.packed else prefetched
         for index, batch in enumerate(stream, start=progress.batches_in_epoch):
+            epoch_stats.add(batch)  # on the host: no wait for the device
             batch = batch.to(device, non_blocking=True)
-            epoch_stats.add(batch)
             with autocast(device, train.bf16):
                 output = ddp_model(batch)
             (output.loss / train.grad_accum).backward()
