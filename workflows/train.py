@@ -66,7 +66,8 @@ def token_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256):
     from xh.model import load_tokenizer
 
     tokenizer = load_tokenizer(cfg.model.backbone)
-    sample = encode_graphs(train_ds.take(sample_size), tokenizer, cfg.model.max_node_tokens)
+    rows = train_ds.take_batch(min(sample_size, num_train), batch_format="pyarrow").to_pylist()
+    sample = encode_graphs(rows, tokenizer, cfg.model.max_node_tokens)
     return plan_token_batches(sample, num_train, cfg)
 
 
