@@ -129,11 +129,13 @@ def fit(cfg: XHConfig) -> dict:
     )
     result = trainer.fit()
     key = f"dev_{_metric(cfg)}"
+    # The latest first: for a remote checkpoint, as_directory() removes on exit the temporary folder that
+    # to_directory() of the same checkpoint (the best one is often the latest) would return.
+    with result.checkpoint.as_directory() as latest:
+        final = read_progress(latest)
     best, _ = max(result.best_checkpoints, key=lambda cm: cm[1].get(key, float("-inf")))
     local = best.to_directory()
     best_progress = read_progress(local)
-    with result.checkpoint.as_directory() as latest:
-        final = read_progress(latest)
     return {
         "checkpoint": local,
         "model_dir": str(Path(local) / MODEL_DIR),
