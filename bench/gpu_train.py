@@ -19,11 +19,13 @@ One JSON line per configuration; every line carries the baseline's figures of th
                   node), encoded inside the step loop
     packed        the same graphs per step, nodes packed into rows of --max-node-tokens tokens (row count
                   a multiple of --row-multiple: `xh.model.packing.pack`), made ahead by a `Prefetcher`
-    token_budget  whole graphs filling --rows rows per step (`fill_rows`), made ahead
+    token_budget  `train.batching=tokens` as training runs it (`xh.train.batching.BatchLayout`): whole
+                  graphs filling --rows rows of --max-node-tokens (rounded up to 64) per step, made ahead
 
     real_token_fraction        real tokens / tokens the encoder computes
     distinct_shapes_per_epoch  distinct encoder input shapes in an epoch (a GPU plans each new one)
-    first_epoch_s, later_epoch_s   the first epoch (new shapes) and the mean of the later ones (K = 3)
+    first_epoch_s, later_epoch_s   the first epoch (new shapes) and the mean of the later ones (K = 3);
+                               first_over_later_epoch their ratio
     encode_wait_fraction       time the step loop waited for its batch (encoding and batching) / epoch time
     step_s_k3, step_s_k0, k3_over_k0   mean step time in the later epochs with K = 3 and K = 0
     real_tokens_per_s          real tokens per second of the later epochs (K = 3)
@@ -44,7 +46,6 @@ On a machine whose cores other work also uses, figures vary from run to run.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import platform
@@ -61,10 +62,11 @@ DEFAULT_HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotp
 
 
 def graph_rows(hotpot: Path, count: int) -> list[dict]:
-    from xh.graph.hotpot import GraphSettings, distractor_graphs, read_distractor_questions
+    from xh.config import GraphsConfig
+    from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 
     items, _ = read_distractor_questions(str(hotpot))
-    return [o.graph for o in distractor_graphs(items[:count], GraphSettings()) if o.graph is not None]
+    return [o.graph for o in distractor_graphs(items[:count], GraphsConfig()) if o.graph is not None]
 
 
 def tiny_backbone(folder: Path, tokenizer_folder: str) -> str:
@@ -87,43 +89,39 @@ def tiny_backbone(folder: Path, tokenizer_folder: str) -> str:
     return str(folder)
 
 
-def bench_model_class():
-    """XHModel taking packed batches: `_encode` as proposed for xh/model/xh.py (drop once it is there)."""
-    from xh.model import HopGraph, XHModel
-    from xh.model.packing import encoder_inputs, hub_positions, node_states
-
-    class PackingXHModel(XHModel):
-        def _encode(self, batch):
-            graph = HopGraph.build(
-                batch.edges, batch.num_nodes, self.cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-            )
-            self._graph = graph if self.hop_steps else None
-            try:
-                out = self.backbone(**encoder_inputs(batch, self.backbone, self._use_token_types))
-            finally:
-                self._graph = None
-            return node_states(batch, out.last_hidden_state), graph
-
-    return PackingXHModel
-
-
 def batches(config: str, rows: list[dict], tokenizer, args, encoder):
     """The batches of one epoch for one configuration (made ahead in a background thread but for the baseline)."""
     from xh.graph.encode import encode_graphs
     from xh.model import collate
-    from xh.model.packing import fill_rows, pack
+    from xh.model.packing import pack
+    from xh.train.batching import BatchLayout
     from xh.train.prefetch import Prefetcher
 
     chunks = [rows[i : i + args.batch_graphs] for i in range(0, len(rows), args.batch_graphs)]
     if config == "baseline":
         return (collate(encode_graphs(chunk, tokenizer, args.max_node_tokens)) for chunk in chunks)
-    encoded = encoder.map(chunks)
     if config == "packed":
-        made = (pack(graphs, args.max_node_tokens, args.row_multiple) for graphs in encoded)
-    else:
-        groups = fill_rows(itertools.chain.from_iterable(encoded), args.rows, args.max_node_tokens)
-        made = (pack(graphs, args.max_node_tokens, rows=args.rows) for graphs in groups)
+        made = (pack(graphs, args.max_node_tokens, args.row_multiple) for graphs in encoder.map(chunks))
+    else:  # what training with `train.batching=tokens` makes
+        made = BatchLayout.of(token_budget_config(args)).batches(chunks, encoder)
     return Prefetcher(made, depth=args.depth, pin_memory=args.device == "cuda")
+
+
+def token_budget_config(args):
+    """The config of `train.batching=tokens` with --rows rows of --max-node-tokens (rounded up to 64)."""
+    from xh.config import load_config
+    from xh.model.packing import round_up
+    from xh.train.batching import LENGTH_MULTIPLE
+
+    row_tokens = round_up(args.max_node_tokens, LENGTH_MULTIPLE)
+    return load_config(
+        None,
+        [
+            f"model.max_node_tokens={args.max_node_tokens}",
+            "train.batching=tokens",
+            f"train.batch_tokens={args.rows * row_tokens}",
+        ],
+    )
 
 
 def layout(config: str, rows: list[dict], tokenizer, args, encoder) -> dict:
@@ -183,12 +181,13 @@ class Run:
 
     def __init__(self, config: str, hop_layers: int, backbone: str, args, encoder):
         from xh.config import ModelConfig
+        from xh.model import XHModel
 
         self.config, self.args, self.encoder = config, args, encoder
         self.device = torch.device(args.device)
         torch.manual_seed(args.seed)  # the same initial weights for every configuration
         cfg = ModelConfig(backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens)
-        self.model = bench_model_class().from_backbone(cfg).to(self.device).train()
+        self.model = XHModel.from_backbone(cfg).to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)
         self.epochs: list[float] = []
         self.step_cpu: list[float] = []  # per epoch: CPU seconds of this thread in its steps
@@ -244,6 +243,7 @@ class Run:
             "distinct_shapes_per_epoch": len(self.shapes),
             "first_epoch_s": round(self.epochs[0], 3),
             "later_epoch_s": round(later, 3),
+            "first_over_later_epoch": round(self.epochs[0] / later, 3),
             "encode_wait_fraction": round(self.wait / sum(self.epochs), 4),
             "step_s": round(later / self.steps, 4),
             "real_tokens_per_s": round(self.real / later, 1),

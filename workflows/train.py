@@ -22,6 +22,7 @@ from xh.config import XHConfig
 from xh.graph.store import require_graphs
 from xh.storage import is_s3, join, resolve
 from xh.tracking import absolute_tracking
+from xh.train.batching import BatchLayout, plan_token_batches
 from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
 from xh.train.worker import plan_steps
@@ -71,6 +72,18 @@ def _held_out_dev(cfg: XHConfig, graphs_uri: str, s3) -> str | None:
     return graphs_uri.rstrip("/") + "-dev"
 
 
+def token_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256):
+    """`batching=tokens`: batches hold as many graphs as fit, so the steps are planned from how the first
+    `sample_size` training graphs pack (`xh.train.batching.plan_token_batches`)."""
+    from xh.graph.encode import encode_graphs
+    from xh.model import load_tokenizer
+
+    tokenizer = load_tokenizer(cfg.model.backbone)
+    rows = train_ds.take_batch(min(sample_size, num_train), batch_format="pyarrow").to_pylist()
+    sample = encode_graphs(rows, tokenizer, cfg.model.max_node_tokens)
+    return plan_token_batches(sample, num_train, cfg)
+
+
 def fit(cfg: XHConfig) -> dict:
     """Run the trainer; return the best checkpoint's folder (a local copy), metrics and MLflow run id."""
     s3 = s3_settings(cfg)
@@ -78,6 +91,7 @@ def fit(cfg: XHConfig) -> dict:
     paths = _paths(cfg)
     for uri in filter(None, (paths["graphs"], cfg.train.dev_graphs)):  # before Ray starts: a one-line error
         require_graphs(uri, s3)  # complete, with every column: not found inside a Train worker
+    BatchLayout.of(cfg)  # a batch too small for one row: a one-line error before Ray starts
 
     import ray.train
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -95,6 +109,8 @@ def fit(cfg: XHConfig) -> dict:
         max_steps=cfg.train.max_steps,
         unit="graphs",
     )
+    if cfg.train.batching == "tokens":
+        plan = token_plan(cfg, train_ds, num_train)
     log("train", f"{num_train} training graphs, {num_dev} dev graphs; plan {asdict(plan)}")
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None
     storage_path = resolve(paths["storage"], s3)[1] if storage_fs else paths["storage"]
@@ -127,11 +143,13 @@ def fit(cfg: XHConfig) -> dict:
     )
     result = trainer.fit()
     key = f"dev_{_metric(cfg)}"
+    # The latest first: for a remote checkpoint, as_directory() removes on exit the temporary folder that
+    # to_directory() of the same checkpoint (the best one is often the latest) would return.
+    with result.checkpoint.as_directory() as latest:
+        final = read_progress(latest)
     best, _ = max(result.best_checkpoints, key=lambda cm: cm[1].get(key, float("-inf")))
     local = best.to_directory()
     best_progress = read_progress(local)
-    with result.checkpoint.as_directory() as latest:
-        final = read_progress(latest)
     return {
         "checkpoint": local,
         "model_dir": str(Path(local) / MODEL_DIR),

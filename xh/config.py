@@ -262,6 +262,19 @@ class TrainConfig(Section):
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
     batch_graphs: int = Field(4, ge=1, description="graphs per batch per worker")
     grad_accum: int = Field(1, ge=1, description="batches per optimizer step")
+    batching: Literal["graphs", "tokens"] = Field(
+        "graphs",
+        description="graphs: batch_graphs graphs a batch, nodes padded to the longest; "
+        "tokens: whole graphs packed into rows filling batch_tokens (few padding tokens, few shapes)",
+    )
+    batch_tokens: int = Field(
+        16384,
+        ge=64,
+        description="batching=tokens: encoder tokens a batch per worker (rows x max_node_tokens rounded up to 64)",
+    )
+    encode_processes: int = Field(
+        0, ge=0, description="processes that tokenize graphs ahead of the step (0: a background thread)"
+    )
     lr: float = Field(3e-5, gt=0)
     hop_lr: float | None = Field(None, gt=0, description="learning rate of the new (hop and head) parameters; None: lr")
     weight_decay: float = Field(0.01, ge=0)

@@ -12,13 +12,13 @@ HotpotQA predictions carry `answer`, `answer_doc_id`, `supporting_facts` ([title
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 
 import torch
 
 from xh.graph.encode import encode_graph
-from xh.model import XHModel, collate, decode, load_tokenizer
+from xh.model import GraphBatch, XHModel, collate, decode, load_tokenizer
 
 
 def load_model(directory: str, device: str | torch.device = "cpu") -> tuple[XHModel, object]:
@@ -45,9 +45,11 @@ def predict_graphs(
     batch_graphs: int = 8,
     bf16: bool = True,
     collect_attention: list | None = None,
+    make_batch: Callable[[list], GraphBatch] = collate,
 ) -> list[dict]:
     """Predictions for graph rows, in order. `collect_attention`, when a list, receives
-    (EncodedGraph list, GraphBatch, XHOutput) per batch for the hop-attention analysis."""
+    (EncodedGraph list, GraphBatch, XHOutput) per batch for the hop-attention analysis. `make_batch`:
+    how encoded graphs become a batch (`collate`, or packed rows as `xh.train.batching` trains with)."""
     from xh.model.dochopper import DocHopper
 
     if isinstance(model, DocHopper):  # its own batches; paragraph embeddings from its corpus cache
@@ -59,7 +61,7 @@ def predict_graphs(
 
     def flush() -> None:
         graphs = [encode_graph(row, tokenizer, cfg.max_node_tokens) for row in batch_rows]
-        batch = collate(graphs).to(device)
+        batch = make_batch(graphs).to(device)
         with torch.inference_mode(), autocast(device, bf16):
             output = model(batch)
         predictions.extend(decode(graphs, batch, output, cfg.max_answer_tokens))

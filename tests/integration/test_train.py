@@ -1,6 +1,6 @@
 """Training on Ray Train against the real services: two workers on the two nodes of the session
-cluster, MLflow server, checkpoints on the S3 endpoint, a worker killed mid-run and the run finishing
-with exactly the planned steps, a registered model that loads by alias and answers."""
+cluster (token-budget batches), MLflow server, checkpoints on the S3 endpoint, a worker killed mid-run and the run
+finishing with exactly the planned steps, a registered model that loads by alias and answers."""
 
 from __future__ import annotations
 
@@ -60,6 +60,9 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
             "train.fail_at_step=3",
             "train.max_failures=1",
             f"train.run_name=xh-test-{uuid.uuid4().hex[:6]}",
+            "train.batching=tokens",  # graphs packed into 16 rows of 128 tokens: workers' batch counts differ
+            "train.batch_tokens=2048",
+            "train.epochs=2",
             f"train.storage_path=s3://xh-test/train-{uuid.uuid4().hex[:6]}",
             f"train.register_as={name}",
         ],
@@ -73,6 +76,8 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert run_data.tags["worker_nodes"] == "2"  # one worker on each node of the session cluster
     assert run_data.params["train.workers"] == "2"
     assert "dev_f1" in run_data.metrics and "graphs_per_s" in run_data.metrics
+    assert run_data.metrics["distinct_step_shapes"] == 1  # every batch [16, 128]
+    assert run_data.metrics["real_token_fraction"] > 0.5 and 0 <= run_data.metrics["encode_wait_fraction"] < 1
     # checkpoints went to the S3 endpoint, and so did the marker of the injected failure
     fs = s3_endpoint.pyarrow_fs()
     bucket_path = cfg.train.storage_path[len("s3://") :]
@@ -98,3 +103,40 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     again = fit(cfg)
     assert again["step"] == 6 and again["mlflow_run_id"] == summary["mlflow_run_id"]
     assert [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "loss")] == steps
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_token_batches_train_in_bf16_checkpoint_and_resume_after_a_failure(
+    world_graphs, tiny_backbone, ray_cluster, mlflow_server, tmp_path
+):
+    from workflows.train import fit
+
+    cfg = _config(
+        tmp_path,
+        world_graphs,
+        tiny_backbone,
+        ray_cluster,
+        mlflow_server,
+        [
+            "train.workers=1",
+            "train.use_gpu=true",
+            "train.bf16=true",
+            "train.batching=tokens",
+            "train.batch_tokens=4096",
+            "train.encode_processes=1",
+            "train.max_steps=6",
+            "train.eval_every=2",
+            "train.fail_at_step=3",
+            "train.max_failures=1",
+            "train.register_as=null",
+        ],
+    )
+    outcome = fit(cfg)
+
+    assert outcome["step"] == outcome["planned_steps"] == 6
+    assert (tmp_path / "train" / cfg.train.run_name / "xh-injected-failure").exists()
+    client = mlflow.MlflowClient(mlflow_server)
+    assert [m.step for m in client.get_metric_history(outcome["mlflow_run_id"], "loss")] == [1, 2, 3, 4, 5, 6]
+    run_data = client.get_run(outcome["mlflow_run_id"]).data
+    assert run_data.metrics["distinct_step_shapes"] == 1 and "dev_f1" in run_data.metrics
+    assert run_data.tags["device"] == "cuda"

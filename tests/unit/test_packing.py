@@ -16,39 +16,18 @@ from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
-from xh.model import HopGraph, XHModel, collate
+from xh.model import XHModel, collate
 from xh.model.packing import (
     PackedBatch,
     encoder_inputs,
     fill_rows,
     first_fit_decreasing,
-    hub_positions,
     node_states,
     pack,
     round_up,
 )
 
 VOCAB, CLS, SEP = 200, 2, 3
-
-
-class PackedXHModel(XHModel):
-    """`XHModel` whose `_encode` takes packed batches too: the change proposed for `xh/model/xh.py`.
-
-    The backbone reads `encoder_inputs` (collate's node rows, or a packed batch's rows with their
-    block-diagonal mask and position ids), hop attention finds the hubs with `hub_positions` and works
-    on per-graph blocks (`graph_offsets`), and the heads read `node_states`: the same [N, L, H] either way.
-    """
-
-    def _encode(self, batch):
-        graph = HopGraph.build(
-            batch.edges, batch.num_nodes, self.cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-        )
-        self._graph = graph if self.hop_steps else None
-        try:
-            out = self.backbone(**encoder_inputs(batch, self.backbone, self._use_token_types))
-        finally:
-            self._graph = None
-        return node_states(batch, out.last_hidden_state), graph
 
 
 def tiny_bert(attn_implementation: str = "sdpa") -> BertModel:
@@ -65,12 +44,12 @@ def tiny_bert(attn_implementation: str = "sdpa") -> BertModel:
     return BertModel(config)
 
 
-def make_model(attn_implementation: str = "sdpa", **overrides) -> PackedXHModel:
+def make_model(attn_implementation: str = "sdpa", **overrides) -> XHModel:
     cfg = ModelConfig(
         backbone="tiny", hop_layers=2, hop_dropout=0.0, attn_implementation=attn_implementation, **overrides
     )
     torch.manual_seed(1)
-    return PackedXHModel(cfg, tiny_bert(attn_implementation)).eval()
+    return XHModel(cfg, tiny_bert(attn_implementation)).eval()
 
 
 def random_graph(rng: np.random.Generator, qid: str, lengths: list[int], edges: list[tuple[int, int]]) -> EncodedGraph:

@@ -106,8 +106,9 @@ def _check(graph: EncodedGraph) -> None:
             raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is not on paragraph tokens")
 
 
-def collate(graphs: Sequence[EncodedGraph]) -> GraphBatch:
-    """Stack graphs into one batch: nodes as rows padded to the longest node, edges batch-global."""
+def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBatch:
+    """Stack graphs into one batch: nodes as rows padded to the longest node (rounded up to a multiple of
+    `length_multiple`, so that batches come in few shapes), edges batch-global."""
     if not graphs:
         raise ValueError("collate needs at least one graph")
     for graph in graphs:
@@ -115,6 +116,7 @@ def collate(graphs: Sequence[EncodedGraph]) -> GraphBatch:
     node_arrays = [(g, i) for g in graphs for i in range(g.num_nodes)]
     n = len(node_arrays)
     length = max(len(g.input_ids[i]) for g, i in node_arrays)
+    length = -(-length // length_multiple) * length_multiple
     max_sentences = max(1, max(int(s) for g in graphs for s in g.num_sentences))
 
     input_ids = np.zeros((n, length), np.int64)

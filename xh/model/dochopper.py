@@ -237,11 +237,11 @@ class DocHopperBatch:
         paragraphs = int(self.paragraph_mask.sum()) if self.paragraph_mask is not None else 0
         return int(self.query_mask.sum()) + paragraphs
 
-    def to(self, device: torch.device | str) -> DocHopperBatch:
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> DocHopperBatch:
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in moved.items():
             if isinstance(value, torch.Tensor):
-                moved[name] = value.to(device)
+                moved[name] = value.to(device, non_blocking=non_blocking)
         return DocHopperBatch(**moved)
 
 

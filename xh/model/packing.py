@@ -83,14 +83,19 @@ def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int
 
 
 def pack(
-    graphs: Sequence[EncodedGraph], row_tokens: int, row_multiple: int = 1, rows: int | None = None
+    graphs: Sequence[EncodedGraph],
+    row_tokens: int,
+    row_multiple: int = 1,
+    rows: int | None = None,
+    length_multiple: int = 1,
 ) -> PackedBatch:
     """`collate(graphs)` plus the nodes packed into rows of `row_tokens` tokens (see the module docstring).
 
     Rows: as many as first-fit decreasing needs, rounded up to a multiple of `row_multiple`; with `rows`,
     exactly that many when the nodes fit (`fill_rows` chooses graphs that do; only a graph too large
-    for `rows` on its own gets more, and a shape of its own)."""
-    batch = collate(graphs)
+    for `rows` on its own gets more, and a shape of its own). `length_multiple`: of the node-major
+    tensors the heads read (`collate`'s)."""
+    batch = collate(graphs, length_multiple)
     lengths = [len(ids) for g in graphs for ids in g.input_ids]
     if max(lengths) > row_tokens:
         raise ValueError(f"a node of {max(lengths)} tokens does not fit rows of row_tokens={row_tokens}")

@@ -3,6 +3,7 @@
     cfg = ModelConfig(backbone="path/or/name", task="hotpot", hop_layers=3)
     model = XHModel.from_backbone(cfg)          # pretrained backbone, random hop and head parameters
     out = model(collate(graphs))                # XHOutput: logits, and loss when the batch has labels
+    out = model(pack(graphs, row_tokens=512))   # the same, nodes packed into rows (xh.model.packing)
     out.loss.backward()
 
     model.save_pretrained("out/xh")             # xh_config.json, model.safetensors, config.json, tokenizer files
@@ -35,6 +36,7 @@ from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
 from xh.model.heads import FeverHeads, HotpotHeads
 from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers
+from xh.model.packing import PackedBatch, encoder_inputs, hub_positions, node_states
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 
 XH_CONFIG_FILE = "xh_config.json"
@@ -137,26 +139,28 @@ class XHModel(nn.Module):
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, HopGraph]:
         if any(getattr(layer, "gradient_checkpointing", False) for layer in self._hop_layers):
             raise ValueError("gradient checkpointing of the backbone is not supported with hop layers")
+        # A packed batch (`xh.model.packing`) holds several nodes per encoder row: the backbone reads its
+        # rows, hop attention finds each node's hub among them, and the heads get [N, L, H] either way.
         if self.cfg.hop_variant == "gesa":
             from xh.model.gesa import typed_hop_graph
 
+            if isinstance(batch, PackedBatch):
+                raise ValueError("model.hop_variant=gesa reads hubs at row starts: use train.batching=graphs")
             graph = typed_hop_graph(
                 batch, self.cfg.isolated_nodes, getattr(self, "hub_relations", None), self.tokenizer
             )
         else:
-            graph = HopGraph.build(batch.edges, batch.num_nodes, self.cfg.isolated_nodes)
+            graph = HopGraph.build(
+                batch.edges, batch.num_nodes, self.cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
+            )
         self._graph = graph if self.hop_steps else None
         try:
-            out = self.backbone(
-                input_ids=batch.input_ids,
-                attention_mask=batch.attention_mask,
-                token_type_ids=batch.token_type_ids if self._use_token_types else None,
-            )
+            out = self.backbone(**encoder_inputs(batch, self.backbone, self._use_token_types))
         finally:
             self._graph = None
             if getattr(self, "hub_relations", None) is not None:
                 self.hub_relations.labels = None
-        return out.last_hidden_state, graph
+        return node_states(batch, out.last_hidden_state), graph
 
     def forward(self, batch: GraphBatch) -> XHOutput:
         hidden, graph = self._encode(batch)

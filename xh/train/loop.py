@@ -18,6 +18,7 @@ are never logged twice.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from xh.config import TrainConfig, XHConfig
 from xh.eval.fever import evaluate_fever, flat_metrics
 from xh.eval.hotpot import evaluate_hotpot
+from xh.graph.encode import GraphEncoder
 from xh.inference import (
     autocast,
     fever_gold,
@@ -35,9 +37,11 @@ from xh.inference import (
     hotpot_prediction_file,
     predict_graphs,
 )
-from xh.model import XHModel, load_tokenizer
-from xh.model.variants import load_saved, new_model, training_batch
+from xh.model import GraphBatch, XHModel, load_tokenizer
+from xh.model.variants import architecture_of, load_saved, new_model, training_batch
 from xh.tracking import TrainingRun
+from xh.train.batching import BatchLayout, BatchStats, in_lockstep
+from xh.train.prefetch import Prefetcher
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
 from xh.train.worker import StepPlan, adamw_with_warmup, optimizer_step, report, start_worker
 
@@ -85,6 +89,7 @@ def evaluate_dev(
         batch_graphs=cfg.train.eval_batch_graphs,
         bf16=cfg.train.bf16,
         collect_attention=attention,
+        make_batch=BatchLayout.of(cfg).eval_batcher(),
     )
     if cfg.model.task == "fever":
         return fever_dev_metrics(rows, predictions, official)
@@ -153,6 +158,16 @@ def log_progress(step: int, total: int, loss: float, graphs: int, window_s: floa
     )
     logging.getLogger("xh.train").info(line)
     return line
+
+
+def epoch_figures(stats: BatchStats, prefetched: Prefetcher, seconds: float) -> dict[str, float]:
+    """Per epoch (what this worker ran of it): the encoder's distinct input shapes (a GPU plans each new
+    one), real / computed tokens, and the share of the time the step loop waited for its next batch."""
+    return {
+        "distinct_step_shapes": len(stats.shapes),
+        "real_token_fraction": stats.real_token_fraction,
+        "encode_wait_fraction": prefetched.wait_seconds / max(seconds, 1e-9),
+    }
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -228,20 +243,31 @@ def train_loop_per_worker(config: dict) -> None:
     window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
     started, first_step = window_start, progress.step  # a resumed run's ETA counts only its own steps
     done = progress.step >= plan.total_steps
+    layout = BatchLayout.of(cfg)
+    encoder = GraphEncoder(tokenizer, cfg.model.max_node_tokens, train.encode_processes)
     while not done and progress.epoch < train.epochs:
         batches = train_shard.iter_batches(
             batch_size=train.batch_graphs,
             batch_format="pyarrow",
-            drop_last=True,
+            drop_last=not layout.packed,
             local_shuffle_buffer_size=train.batch_graphs * 16,
             local_shuffle_seed=train.seed + progress.epoch,
         )
-        for index, table in enumerate(batches):
-            if index >= plan.batches_per_epoch:
-                break
-            if index < progress.batches_in_epoch:  # resuming: skip what the checkpoint already trained on
-                continue
-            batch = training_batch(model, table.to_pylist(), tokenizer, cfg.model.max_node_tokens).to(device)
+        # Encoded and batched ahead, in a background thread; resuming skips what the checkpoint trained on.
+        if architecture_of(model) == "dochopper":  # its own batches (paragraphs without the question): no packing
+            tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
+            made = (training_batch(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
+        else:
+            made = layout.batches(
+                (table.to_pylist() for table in batches), encoder, progress.batches_in_epoch, plan.batches_per_epoch
+            )
+        epoch_start, epoch_stats = time.perf_counter(), BatchStats()
+        prefetched = Prefetcher(made, depth=2, pin_memory=device.type == "cuda")
+        stream = in_lockstep(prefetched, device) if layout.packed else prefetched
+        for index, batch in enumerate(stream, start=progress.batches_in_epoch):
+            if isinstance(batch, GraphBatch):
+                epoch_stats.add(batch)  # on the host: no wait for the device
+            batch = batch.to(device, non_blocking=True)
             with autocast(device, train.bf16):
                 output = ddp_model(batch)
             (output.loss / train.grad_accum).backward()
@@ -284,9 +310,13 @@ def train_loop_per_worker(config: dict) -> None:
                 break
             if train.eval_every and progress.step % train.eval_every == 0:
                 checkpoint_and_report(final=False)
+        prefetched.close()
+        if tracking is not None and epoch_stats.batches:
+            tracking.log(progress.step, epoch_figures(epoch_stats, prefetched, time.perf_counter() - epoch_start))
         if not done:
             progress.epoch += 1
             progress.batches_in_epoch = 0
+    encoder.close()
     checkpoint_and_report(final=True)
     if tracking is not None:
         tracking.end()
