@@ -244,6 +244,11 @@ class DocHopperBatch:
                 moved[name] = value.to(device, non_blocking=non_blocking)
         return DocHopperBatch(**moved)
 
+    def pin_memory(self) -> DocHopperBatch:
+        """Page-locked tensors (the training prefetcher's, on CUDA)."""
+        pinned = {f.name: getattr(self, f.name) for f in fields(self)}
+        return DocHopperBatch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in pinned.items()})
+
 
 def supporting_evidence(row: dict) -> list[tuple[int, list[int]]]:
     """(node index, supporting sentence indices) of a graph row's supporting paragraphs, in hop order:
