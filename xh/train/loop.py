@@ -18,6 +18,7 @@ are never logged twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -62,8 +63,17 @@ def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
     ]
 
 
-def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, attention: list | None = None) -> dict:
-    """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`."""
+def evaluate_dev(
+    model: XHModel,
+    tokenizer,
+    rows: list[dict],
+    cfg: XHConfig,
+    attention: list | None = None,
+    missed: list[str] | tuple = (),
+) -> dict:
+    """Dev metrics with the official HotpotQA rules (FEVER: label accuracy), keys prefixed `dev_`.
+    `missed`: ids of dev questions quarantined at graph building; each counts as a miss (score 0),
+    as the official script counts a question without a prediction."""
     predictions = predict_graphs(
         model,
         tokenizer,
@@ -74,10 +84,19 @@ def evaluate_dev(model: XHModel, tokenizer, rows: list[dict], cfg: XHConfig, att
     )
     if cfg.model.task == "fever":
         gold = {r["qid"]: r["claim_label"] for r in rows}
-        accuracy = float(np.mean([gold[p["qid"]] == p["label"] for p in predictions])) if predictions else 0.0
-        return {"dev_label_accuracy": accuracy, "dev_graphs": len(rows)}
-    metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
-    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+        total = len(predictions) + len(missed)
+        accuracy = sum(gold[p["qid"]] == p["label"] for p in predictions) / total if total else 0.0
+        return {"dev_label_accuracy": float(accuracy), "dev_graphs": len(rows), "dev_missed": len(missed)}
+    gold = hotpot_gold(rows, missed)
+    metrics = evaluate_hotpot(gold, hotpot_prediction_file(predictions)) if gold else {}
+    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
+
+
+def log_graph_settings(mlflow, settings: dict) -> None:
+    """Log the graphs table's settings as `graphs.*` parameters; a resumed run logs the same values again."""
+    params = {f"graphs.{k}": json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in settings.items()}
+    if params:
+        mlflow.log_params(params)
 
 
 def _worker_nodes(world_size: int) -> list[str]:
@@ -126,6 +145,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     cfg = XHConfig.model_validate(config["cfg"])
     plan = StepPlan(**config["plan"])
+    dev_missed = list(config.get("dev_missed") or [])
     train = cfg.train
     context = ray.train.get_context()
     rank = context.get_world_rank()
@@ -154,6 +174,8 @@ def train_loop_per_worker(config: dict) -> None:
         tracking = TrainingRun(cfg, "train", run_name=train.run_name, run_id=progress.mlflow_run_id)
         progress.mlflow_run_id = tracking.run_id
         mlflow.set_tag("worker_nodes", str(len(set(nodes))))
+        # the graphs table's own settings (edge mode, node counts, ...), as its build recorded them
+        log_graph_settings(mlflow, config.get("graph_settings") or {})
     train_shard = ray.train.get_dataset_shard("train")
     dev_rows = (
         [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
@@ -171,9 +193,9 @@ def train_loop_per_worker(config: dict) -> None:
             from xh.train.figures import HopAttentionRecorder
 
             with HopAttentionRecorder(model) as recorder:
-                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches)
+                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches, dev_missed)
         else:
-            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg)
+            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, missed=dev_missed)
         model.train()
         progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
         tracking.log(progress.step, progress.metrics)
