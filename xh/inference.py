@@ -26,7 +26,6 @@ import torch
 from xh.graph.encode import encode_graph
 from xh.model import XHModel, collate, decode, load_tokenizer
 
-
 ROUTED_FILE = "routed.json"
 ROUTED_FORMAT = "transformer-xh-routed"
 ROUTED_TYPES = ("bridge", "comparison")
@@ -160,3 +159,11 @@ def hotpot_gold(rows: Sequence[dict], missed: Sequence[str] = ()) -> list[dict]:
     return gold + [
         {"_id": qid, "answer": "", "type": "quarantined", "supporting_facts": []} for qid in missed if qid not in known
     ]
+
+
+def hotpot_prediction_file(predictions: Sequence[dict]) -> dict:
+    """Predictions in the official script's format: {"answer": {qid: text}, "sp": {qid: [[title, sent]]}}."""
+    return {
+        "answer": {p["qid"]: p["answer"] for p in predictions},
+        "sp": {p["qid"]: [list(sf) for sf in p["supporting_facts"]] for p in predictions},
+    }

@@ -25,8 +25,6 @@ import time
 import zlib
 from pathlib import Path
 
-import numpy as np
-
 from xh.config import TrainConfig, XHConfig
 from xh.eval.hotpot import evaluate_hotpot
 from xh.graph.encode import encode_graph
