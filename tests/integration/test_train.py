@@ -82,6 +82,15 @@ def test_two_workers_on_two_nodes_register_a_model_that_loads_by_alias(
     assert run_data.tags["worker_nodes"] == "2"  # one worker on each node of the session cluster
     assert run_data.params["train.workers"] == "2"
     assert "dev_f1" in run_data.metrics and "graphs_per_s" in run_data.metrics
+    # the graphs table's own settings are logged with the run
+    assert run_data.params["graphs.edge_mode"] == "hyperlink" and run_data.params["graphs.setting"] == "distractor"
+    assert run_data.params["graphs.expansion_keep"] == "15"
+    # dev questions quarantined at graph building count as misses
+    from xh.train.loop import in_dev_split
+
+    quarantine = pads.dataset(str(Path(world_graphs).parent / "quarantine" / "hotpot"), format="parquet")
+    lost = [json.loads(r["raw"])["qid"] for r in quarantine.to_table().to_pylist()]
+    assert run_data.metrics["dev_missed"] == sum(in_dev_split(q, 0.25) for q in lost)
     # checkpoints went to the S3 endpoint
     fs = s3_endpoint.pyarrow_fs()
     bucket_path = cfg.train.storage_path[len("s3://") :]

@@ -155,6 +155,41 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
     pyfunc.load_context(SimpleNamespace(artifacts={"model": str(folder)}))
     frame = pyfunc.predict(None, graph_input(rows))
     assert frame["node_score"].tolist() == [p["node_score"] for p in predictions]
+    # and batch scoring's model half (`xh.pipeline.Pipeline`, what its actors hold)
+    from xh.pipeline import Pipeline
+
+    assert Pipeline.load(model=str(folder), batch_graphs=3).predict(rows) == predictions
+
+
+def test_separate_training_joins_a_model_per_type_and_weights_their_dev_metrics(backbone, tmp_path, monkeypatch):
+    """`train.question_types=separate`: one fit per type (Ray Train's part is stood in for), one routed folder."""
+    import workflows.train
+
+    fits = []
+
+    def fake_fit(cfg):
+        kind = cfg.train.question_types
+        fits.append((kind, cfg.train.run_name))
+        folder = make_model(backbone, seed=len(fits), hop_layers=1).save_pretrained(tmp_path / kind)
+        dev = {"bridge": (3, 1, 0.5), "comparison": (1, 0, 1.0)}[kind]  # graphs, missed, em
+        metrics = {"dev_graphs": dev[0], "dev_missed": dev[1], "dev_em": dev[2]}
+        run_id = f"run-{kind}"
+        return {
+            "model_dir": str(folder),
+            "metrics": metrics,
+            "mlflow_run_id": run_id,
+            "train_graphs": 5,
+            "dev_graphs": 3,
+        }
+
+    monkeypatch.setattr(workflows.train, "fit", fake_fit)
+    cfg = load_config(None, ["train.question_types=separate", "train.run_name=xh"])
+    outcome = workflows.train.fit_separate(cfg)
+    assert fits == [("bridge", "xh-bridge"), ("comparison", "xh-comparison")]
+    assert outcome["metrics"] == {"dev_em": (4 * 0.5 + 1 * 1.0) / 5, "dev_graphs": 4, "dev_missed": 1}
+    assert outcome["runs"] == {"bridge": "run-bridge", "comparison": "run-comparison"}
+    routed, _ = load_model(outcome["model_dir"])
+    assert isinstance(routed, RoutedModel) and sorted(routed.models) == ["bridge", "comparison"]
 
 
 def test_a_routed_folder_needs_both_types(backbone, tmp_path):
