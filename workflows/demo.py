@@ -160,9 +160,13 @@ def train_question_classifier(cfg: XHConfig) -> dict:
 def promote_challenger(cfg: XHConfig) -> dict:
     from xh.registry import promote
 
-    _, held_out = _held_out(cfg)
+    questions, held_out = _held_out(cfg)
     p = cfg.promote
-    return promote(cfg.train.register_as, held_out, metric=p.metric, min_delta=p.min_delta, floor=p.floor)
+    graphed = {g["qid"] for g in held_out}
+    missed = [q["_id"] for q in questions if q["_id"] not in graphed]  # no graph: a miss for both models
+    return promote(
+        cfg.train.register_as, held_out, metric=p.metric, min_delta=p.min_delta, floor=p.floor, missed=missed
+    )
 
 
 def score_new_questions(cfg: XHConfig) -> dict:

@@ -140,6 +140,8 @@ def _build(cfg: XHConfig, plan, output: str, quarantine: str, s3) -> dict:
         "task": g.task,
         "setting": g.setting,
         "edge_mode": g.edge_mode,
+        # every setting the graphs were built with, for the runs that train on them
+        "settings": g.model_dump(mode="json", exclude={"questions", "retrieval", "tables", "output", "quarantine"}),
         **summarize(len(plan.items), plan.quarantined, per_shard, g.max_node_tokens),
     }
     if summary["questions"] != summary["graphs"] + summary["quarantined"]:
@@ -170,7 +172,7 @@ def metrics(summary: dict) -> dict[str, float]:
     quotes and brackets included) and go to the run as a file, never into metric names."""
     from xh.tracking import flatten_numbers
 
-    return flatten_numbers({k: v for k, v in summary.items() if k != "quarantine_reasons"})
+    return flatten_numbers({k: v for k, v in summary.items() if k not in ("quarantine_reasons", "settings")})
 
 
 def run(cfg: XHConfig) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from workflows.common import main, s3_settings
 from xh.config import XHConfig
-from xh.graph.store import read_eval_set
+from xh.graph.store import quarantined_qids, read_eval_set
 from xh.registry import promote, rollback
 from xh.storage import join
 from xh.tracking import configure
@@ -23,10 +23,12 @@ def run(cfg: XHConfig) -> dict:
     if p.action == "rollback":
         configure(cfg.mlflow, s3)
         return rollback(p.model)
-    rows = read_eval_set(p.eval_set or join(cfg.storage.root, "graphs", cfg.model.task), s3)
+    eval_set = p.eval_set or join(cfg.storage.root, "graphs", cfg.model.task)
+    rows = read_eval_set(eval_set, s3)
+    missed = quarantined_qids(eval_set, s3)  # questions without a graph score 0, as in the official script
     configure(cfg.mlflow, s3)
     task = rows[0]["task"] if rows else "hotpot"
-    return promote(p.model, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task=task)
+    return promote(p.model, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task=task, missed=missed)
 
 
 if __name__ == "__main__":

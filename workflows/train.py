@@ -44,17 +44,26 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
 
     fs, path = resolve(graphs_uri, s3)
     graphs = ray.data.read_parquet(path, filesystem=fs)
-    dev_graphs = cfg.train.dev_graphs or _held_out_dev(cfg, graphs_uri, s3)
-    if dev_graphs:
-        dev_fs, dev_path = resolve(dev_graphs, s3)
-        return graphs.materialize(), ray.data.read_parquet(dev_path, filesystem=dev_fs).materialize()
     fraction = cfg.train.dev_fraction
+    kinds = _kinds(cfg)
 
     def split(batch, dev: bool):
         mask = [in_dev_split(q, fraction) == dev for q in batch.column("qid").to_pylist()]
         return batch.filter(pa.array(mask, type=pa.bool_()))
 
+    def of_kind(batch):
+        mask = [t in kinds for t in batch.column("question_type").to_pylist()]
+        return batch.filter(pa.array(mask, type=pa.bool_()))
+
     common = dict(batch_format="pyarrow", zero_copy_batch=True)
+    if kinds is not None:
+        graphs = graphs.map_batches(of_kind, **common)
+    dev_graphs = cfg.train.dev_graphs or _held_out_dev(cfg, graphs_uri, s3)
+    if dev_graphs:
+        dev_fs, dev_path = resolve(dev_graphs, s3)
+        dev = ray.data.read_parquet(dev_path, filesystem=dev_fs)
+        dev = dev.map_batches(of_kind, **common) if kinds is not None else dev
+        return graphs.materialize(), dev.materialize()
     train = graphs.map_batches(split, fn_kwargs={"dev": False}, **common).materialize()
     dev = graphs.map_batches(split, fn_kwargs={"dev": True}, **common).materialize()
     return train, dev
@@ -82,6 +91,25 @@ def token_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256):
     rows = train_ds.take_batch(min(sample_size, num_train), batch_format="pyarrow").to_pylist()
     sample = encode_graphs(rows, tokenizer, cfg.model.max_node_tokens)
     return plan_token_batches(sample, num_train, cfg)
+
+
+def _kinds(cfg: XHConfig) -> tuple[str, ...] | None:
+    """The question types one model trains and is evaluated on (None: all of them)."""
+    kind = cfg.train.question_types
+    return (kind,) if kind in ("bridge", "comparison") else None
+
+
+def dev_misses(cfg: XHConfig, graphs_uri: str, s3) -> list[str]:
+    """Ids of dev questions quarantined at graph building: training's dev metrics count them as misses.
+    A model of one question type misses only quarantined questions of unknown type or its own
+    (a quarantined record keeps its `type` when the data gave one)."""
+    from xh.graph.store import quarantined_qids
+
+    kinds = _kinds(cfg)
+    dev_graphs = cfg.train.dev_graphs or _held_out_dev(cfg, graphs_uri, s3)
+    if dev_graphs:
+        return quarantined_qids(dev_graphs, s3, kinds)
+    return [q for q in quarantined_qids(graphs_uri, s3, kinds) if in_dev_split(q, cfg.train.dev_fraction)]
 
 
 def fit(cfg: XHConfig) -> dict:
@@ -120,6 +148,8 @@ def fit(cfg: XHConfig) -> dict:
             "cfg": cfg.model_dump(),
             "plan": asdict(plan),
             "storage_dir": join(paths["storage"], cfg.train.run_name),
+            "graph_settings": graph_settings(paths["graphs"], s3),
+            "dev_missed": dev_misses(cfg, paths["graphs"], s3),
         },
         scaling_config=ScalingConfig(
             num_workers=cfg.train.workers,
@@ -163,15 +193,60 @@ def fit(cfg: XHConfig) -> dict:
     }
 
 
+def graph_settings(graphs_uri: str, s3) -> dict:
+    """The settings the graphs table was built with (its `_summary.json`), logged with the training run."""
+    from xh.graph.store import read_summary
+
+    summary = read_summary(graphs_uri, s3)
+    settings = {k: summary[k] for k in ("task", "setting", "edge_mode") if k in summary}
+    return settings | summary.get("settings", {}) | {"table": graphs_uri}
+
+
 def _metric(cfg: XHConfig) -> str:
     # `f1`, the default, is HotpotQA's; a FEVER run ranks by its headline metric unless told otherwise
     return "fever_score" if cfg.model.task == "fever" and cfg.train.metric == "f1" else cfg.train.metric
 
 
+def fit_separate(cfg: XHConfig) -> dict:
+    """`train.question_types=separate`: a bridge model and a comparison model (two runs, `<run_name>-bridge`
+    and `-comparison`), joined into one routed model folder (`xh.inference.save_routed`). Its dev metrics
+    are the per-type ones weighted by their questions: the official metrics are means over questions,
+    and the two dev sets split the mixed one by type."""
+    import tempfile
+
+    from xh.inference import ROUTED_TYPES, save_routed
+
+    parts = {}
+    for kind in ROUTED_TYPES:
+        part = cfg.model_copy(deep=True)
+        part.train.question_types = kind
+        part.train.run_name = f"{cfg.train.run_name}-{kind}"
+        parts[kind] = fit(part)
+        log("train", f"{kind} model: {parts[kind]['metrics']}")
+    folder = save_routed(tempfile.mkdtemp(prefix="xh-routed-"), {k: p["model_dir"] for k, p in parts.items()})
+    weights = {k: p["metrics"].get("dev_graphs", 0) + p["metrics"].get("dev_missed", 0) for k, p in parts.items()}
+    total = sum(weights.values()) or 1
+    metrics = {
+        key: sum(weights[k] * parts[k]["metrics"].get(key, 0.0) for k in parts) / total
+        for key in parts["bridge"]["metrics"]
+        if key not in ("dev_graphs", "dev_missed")
+    } | {key: sum(p["metrics"].get(key, 0) for p in parts.values()) for key in ("dev_graphs", "dev_missed")}
+    first = parts[ROUTED_TYPES[0]]
+    return {
+        "model_dir": str(folder),
+        "metrics": metrics,
+        "mlflow_run_id": first["mlflow_run_id"],
+        "runs": {k: p["mlflow_run_id"] for k, p in parts.items()},
+        "per_type": {k: p["metrics"] for k, p in parts.items()},
+        "train_graphs": sum(p["train_graphs"] for p in parts.values()),
+        "dev_graphs": sum(p["dev_graphs"] for p in parts.values()),
+    }
+
+
 def run(cfg: XHConfig) -> dict:
     from xh.registry import log_and_register
 
-    outcome = fit(cfg)
+    outcome = fit_separate(cfg) if cfg.train.question_types == "separate" else fit(cfg)
     summary = {k: v for k, v in outcome.items() if k != "checkpoint"}
     if cfg.train.register_as:
         os.environ.update(s3_settings(cfg).env())

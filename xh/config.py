@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class ConfigError(ValueError):
@@ -299,6 +299,10 @@ class TrainConfig(Section):
     register_as: str | None = Field("xh-hotpot", description="registered model name; None: do not register")
     alias: str = Field("challenger", description="alias the new version gets")
     attention_figures: bool = Field(True, description="log the paper's Fig. 2 hop-attention histograms")
+    question_types: Literal["mixed", "bridge", "comparison", "separate"] = Field(
+        "mixed",
+        description="mixed: one model; bridge / comparison: that type only; separate: one of each, routed by type",
+    )
 
 
 class ModelConfig(Section):
@@ -340,6 +344,13 @@ class ModelConfig(Section):
     max_answer_tokens: int = Field(30, ge=1, description="longest answer span decoded, in tokens")
     max_node_tokens: int = Field(256, ge=8, description="node length cap used by the graph encoder")
     attn_implementation: str = Field("sdpa", description="transformers attention function: sdpa or eager")
+    sp_mode: Literal["joint", "chain"] = Field(
+        "joint",
+        description="supporting facts from the two most relevant nodes (joint) or the answer node and its parent (chain)",
+    )
+    preset: Literal["none", "gat"] = Field(
+        "none", description="gat: the original release's hop attention (settings not given take its values)"
+    )
     # HotpotQA loss weights
     node_loss_weight: float = Field(1.0, ge=0.0)
     span_loss_weight: float = Field(1.0, ge=0.0)
@@ -348,6 +359,25 @@ class ModelConfig(Section):
     # FEVER loss weights
     claim_loss_weight: float = Field(1.0, ge=0.0)
     evidence_loss_weight: float = Field(1.0, ge=0.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        """`preset: gat` fills in the release's settings that the config does not give itself."""
+        if isinstance(data, dict) and data.get("preset") in PRESETS:
+            data = PRESETS[data["preset"]] | data
+        return data
+
+    @property
+    def node_prediction(self) -> bool:
+        """False for the "no node prediction" ablation: decoding then ranks nodes by their best span."""
+        return self.task != "hotpot" or self.node_loss_weight > 0
+
+
+# The original release's GAT hop attention: no dropout, no self-loops, a random fusion layer.
+PRESETS: dict[str, dict[str, Any]] = {
+    "gat": {"hop_variant": "gat", "hop_dropout": 0.0, "isolated_nodes": "zero", "hop_fusion_init": "random"}
+}
 
 
 class XHConfig(Section):

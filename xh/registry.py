@@ -5,7 +5,7 @@
     model, tokenizer = load_version(version["name"], version["version"])
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")
     model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
-    decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0)
+    decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0, missed=quarantined_ids)
     rollback("xh-hotpot")
 
 The pyfunc is logged from code (`xh/pyfunc_entry.py`), with the safetensors weights, tokenizer and
@@ -212,8 +212,9 @@ def _version_of(client, name: str, alias: str):
         return None
 
 
-def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -> dict:
-    """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows."""
+def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
+    """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows;
+    `missed`: ids of evaluation questions that got no graph, each scored as a miss (`xh.inference.hotpot_gold`)."""
     from xh.eval.hotpot import evaluate_hotpot
     from xh.inference import hotpot_gold, hotpot_prediction_file
 
@@ -228,11 +229,12 @@ def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str) -
         for p in frame.to_dict("records")
     ]
     if task == "fever":  # the official scorer: fever_score, label_accuracy, evidence_*, and per slice
-        from xh.eval.fever import evaluate_fever, flat_metrics
+        from xh.eval.fever import evaluate_fever, flat_metrics, with_misses
         from xh.inference import fever_gold, fever_prediction_file
 
-        return flat_metrics(evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True))
-    return evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
+        result = evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True)
+        return with_misses(flat_metrics(result), len(rows), len(missed))
+    return evaluate_hotpot(hotpot_gold(rows, missed), hotpot_prediction_file(predictions))
 
 
 def promote(
@@ -245,6 +247,7 @@ def promote(
     task: str = "hotpot",
     challenger_version: str | None = None,
     lease_timeout_s: float = 600.0,
+    missed: Sequence[str] = (),
 ) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
@@ -256,7 +259,8 @@ def promote(
     The alias moves as a compare-and-swap: under the registry lease (`LEASE_TAG`) `@champion` is read
     again, and if another promotion moved it meanwhile, the challenger is evaluated against the new
     champion instead. The decision names the champion it was compared against (`champion`); every
-    replaced version is appended to the registered model's `champion_history` tag.
+    replaced version is appended to the registered model's `champion_history` tag. `missed`: ids of
+    evaluation questions quarantined at graph building; both models score 0 on them (the official rule).
     """
     client = mlflow.MlflowClient()
     if challenger_version is not None:
@@ -279,7 +283,7 @@ def promote(
     if champion is not None and champion.version == challenger.version:
         return decision | {"reason": "the challenger already is the champion"}
     try:
-        challenger_metrics = evaluate_version(name, challenger.version, rows, task)
+        challenger_metrics = evaluate_version(name, challenger.version, rows, task, missed)
     except Exception as e:  # any failure of the challenger is a reason not to promote it
         return _record(client, name, decision | {"reason": f"challenger evaluation failed: {e}"}, challenger)
     if metric not in challenger_metrics:
@@ -295,7 +299,8 @@ def promote(
             return verdict | {"reason": "the challenger already is the champion"}
         if champion_version is not None and champion_version not in champion_scores:
             try:
-                champion_scores[champion_version] = 100 * evaluate_version(name, champion_version, rows, task)[metric]
+                found = evaluate_version(name, champion_version, rows, task, missed)
+                champion_scores[champion_version] = 100 * found[metric]
             except Exception as e:  # a champion that cannot be scored is no obstacle, but the floor is
                 champion_scores[champion_version] = f"{type(e).__name__}: {e}".splitlines()[0]
         against = champion_scores.get(champion_version) if champion_version is not None else None

@@ -78,6 +78,15 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert "dev_f1" in run_data.metrics and "graphs_per_s" in run_data.metrics
     assert run_data.metrics["distinct_step_shapes"] == 1  # every batch [16, 128]
     assert run_data.metrics["real_token_fraction"] > 0.5 and 0 <= run_data.metrics["encode_wait_fraction"] < 1
+    # the graphs table's own settings are logged with the run
+    assert run_data.params["graphs.edge_mode"] == "hyperlink" and run_data.params["graphs.setting"] == "distractor"
+    assert run_data.params["graphs.expansion_keep"] == "15"
+    # dev questions quarantined at graph building count as misses
+    from xh.train.loop import in_dev_split
+
+    quarantine = pads.dataset(str(Path(world_graphs).parent / "quarantine" / "hotpot"), format="parquet")
+    lost = [json.loads(r["raw"])["qid"] for r in quarantine.to_table().to_pylist()]
+    assert run_data.metrics["dev_missed"] == sum(in_dev_split(q, 0.25) for q in lost)
     # checkpoints went to the S3 endpoint, and so did the marker of the injected failure
     fs = s3_endpoint.pyarrow_fs()
     bucket_path = cfg.train.storage_path[len("s3://") :]

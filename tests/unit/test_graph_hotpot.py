@@ -210,15 +210,17 @@ def test_real_sample_distractor_graphs(shared_data):
         record = by_id[graph["qid"]]
         assert graph["question_type"] == record["type"] and graph["question_type_source"] == "data"
         assert len(graph["nodes"]) == len(record["context"])
-        # supporting-fact labels point at the sentences the gold names, in the right paragraph
+        # supporting-fact labels point at the sentences the gold names, in the right paragraph; titles
+        # stay as the record writes them ("Lawrence &amp; Gibson"), the gold's spelling
         labelled = {(n["title"], s) for n in graph["nodes"] for s in n["supporting_sentences"]}
-        context = {normalize_title(t): sents for t, sents in record["context"]}
-        gold = {(normalize_title(t), s) for t, s in record["supporting_facts"]}
+        context = dict(record["context"])
+        gold = {(t, s) for t, s in record["supporting_facts"]}
+        assert {(f["title"], f["sent"]) for f in graph["supporting_facts"]} == gold
         in_range = {(t, s) for t, s in gold if s < len(context[t])}
         out_of_range += len(gold - in_range)
         assert labelled == in_range
         for node in graph["nodes"]:
-            assert node["sentences"] == context[node["title"]]
+            assert node["sentences"] == context[node["title"]] and node["doc_id"] == normalize_title(node["title"])
             assert node["is_evidence"] == (node["title"] in {t for t, _ in gold})
         # every edge is a mention of dst's title in src's paragraph
         for e in graph["edges"] if graph["edge_mode"] == "hyperlink" else ():

@@ -160,6 +160,13 @@ def flat_metrics(result: dict[str, Any]) -> dict[str, float]:
     return flat
 
 
+def with_misses(metrics: dict[str, float], scored: int, missed: int) -> dict[str, float]:
+    """Flat metrics of `scored` claims with `missed` more that got no graph counted as wrong, as the official
+    scorer counts a claim without a prediction: the two per-claim accuracies scale by scored / (scored + missed)."""
+    share = scored / (scored + missed) if scored + missed else 0.0
+    return metrics | {k: metrics[k] * share for k in ("fever_score", "label_accuracy") if k in metrics}
+
+
 def _table_predictions(uri: str, gold: list[Any]) -> list[dict | None]:
     """A Parquet predictions table, one official record per gold line (None where a claim has none)."""
     import pyarrow.dataset as pads

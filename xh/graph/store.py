@@ -5,6 +5,8 @@
         encoded = encode_graph(row, tokenizer, 512)
     read_graphs("runs/demo/graphs/hotpot").iter_rows()                     # the same as a Ray dataset
     rows = read_eval_set("runs/demo/graphs/hotpot-dev")                    # a small folder, all in memory
+    summary = read_summary("runs/demo/graphs/hotpot")                      # _summary.json (settings, counts)
+    missed = quarantined_qids("runs/demo/graphs/hotpot")                   # ids of questions that got no graph
 
 A graphs folder holds only `part-*.parquet` files of `xh.schemas.GRAPHS` (plus `_summary.json`, which
 Parquet readers skip), so `ray.data.read_parquet(folder)` reads it as is; quarantined questions live in
@@ -13,7 +15,9 @@ a folder of their own (`QUARANTINE` schema), never beside the graphs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+import re
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.dataset as pads
@@ -99,3 +103,43 @@ def read_eval_set(folder: str, s3: S3Settings | None = None) -> list[dict]:
     """Every row of a graphs folder with gold labels, in memory: what `xh promote` scores the models on."""
     fs, path = _existing(folder, s3, "evaluation set")
     return pads.dataset(path, filesystem=fs, format="parquet").to_table().to_pylist()
+
+
+def read_summary(folder: str, s3: S3Settings | None = None) -> dict:
+    """The folder's `_summary.json` (graph settings and counts), or {} when it has none."""
+    from xh.storage import open_input
+
+    try:
+        with open_input(join(folder, "_summary.json"), s3) as f:
+            return json.loads(f.read())
+    except (FileNotFoundError, OSError):
+        return {}
+
+
+_QID = re.compile(r'"(?:qid|_id|id)":\s*"((?:[^"\\]|\\.)*)"')
+_TYPE = re.compile(r'"type":\s*"(\w+)"')
+
+
+def qids_of_quarantine(rows: Iterable[dict], kinds: Iterable[str] | None = None) -> list[str]:
+    """The question ids of QUARANTINE rows (read from their `raw` record, truncated or not), each once;
+    a row whose record shows no id gives none. `kinds`: keep only questions of those types (or of none)."""
+    qids = []
+    for row in rows:
+        raw = row.get("raw") or ""
+        found, kind = _QID.search(raw), _TYPE.search(raw)
+        if found and (kinds is None or kind is None or kind.group(1) in kinds):
+            qids.append(json.loads(f'"{found.group(1)}"'))
+    return list(dict.fromkeys(qids))
+
+
+def quarantined_qids(folder: str, s3: S3Settings | None = None, kinds: Iterable[str] | None = None) -> list[str]:
+    """Ids of the questions that the build of a graphs folder quarantined (its summary names the
+    quarantine folder); [] when there is none. Evaluation counts them as misses."""
+    quarantine = read_summary(folder, s3).get("quarantine")
+    if not quarantine:
+        return []
+    fs, path = resolve(quarantine, s3)
+    if fs.get_file_info(path).type.name == "NotFound":
+        return []
+    table = pads.dataset(path, filesystem=fs, format="parquet", schema=schemas.QUARANTINE).to_table(columns=["raw"])
+    return qids_of_quarantine(table.to_pylist(), kinds)

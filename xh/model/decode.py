@@ -12,8 +12,14 @@ HotpotQA, one dict per graph:
   the original paragraph, never word pieces joined back together.
 - When the answer-type head says yes or no, the answer is "yes" / "no" (comparison questions),
   unless the graph is known to be a bridge question (question_type 0), which always takes the span.
-- Supporting facts: in the two most relevant nodes (a HotpotQA answer rests on two paragraphs), every
-  sentence whose probability passes 0.5; a node where none passes contributes its best sentence.
+- Supporting facts (`sp_mode`, `ModelConfig.sp_mode`): every sentence whose probability passes 0.5 in
+  the chosen nodes, a chosen node where none passes contributing its best sentence. The nodes:
+  `joint` (default): the two most relevant nodes (a HotpotQA answer rests on two paragraphs);
+  `chain` (the paper's): the answer node and its most relevant parent in the graph (a node with an
+  edge into it: the paragraph that leads to the answer), else the next most relevant node.
+- No node prediction (`by_span`, what `node_loss_weight=0` trains): the node head is untrained, so the
+  answer node is the node holding the best span over all nodes' paragraph tokens, nodes are ranked by
+  their best span score, and `node_score` is the softmax of those scores over the graph.
 
 FEVER, one dict per graph:
     {"qid", "label", "label_probs": {label: p}, "evidence": [[page_id, line], ...]}
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from xh.graph.encoded import ANSWER_TYPES, CLAIM_LABELS, QUESTION_TYPES, EncodedGraph
@@ -34,6 +41,7 @@ from xh.model.xh import XHOutput
 from xh.wiki.titles import fever_page_id
 
 SUPPORTING_NODES = 2
+SP_MODES = ("joint", "chain")
 SENTENCE_THRESHOLD = 0.5
 MAX_EVIDENCE = 5
 _OUTPUTS = (
@@ -52,6 +60,14 @@ def best_span(
     start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: torch.Tensor, max_answer_tokens: int
 ) -> tuple[int, int] | None:
     """(start, end) of highest start+end logit among allowed tokens, end - start < max_answer_tokens."""
+    found = scored_span(start_logits, end_logits, allowed, max_answer_tokens)
+    return None if found is None else found[:2]
+
+
+def scored_span(
+    start_logits: torch.Tensor, end_logits: torch.Tensor, allowed: torch.Tensor, max_answer_tokens: int
+) -> tuple[int, int, float] | None:
+    """`best_span` with its score (start + end logit)."""
     length = start_logits.shape[0]
     positions = torch.arange(length)
     gap = positions.unsqueeze(0) - positions.unsqueeze(1)  # gap[i, j] = j - i
@@ -60,12 +76,57 @@ def best_span(
         return None
     scores = (start_logits.unsqueeze(1) + end_logits.unsqueeze(0)).masked_fill(~valid, float("-inf"))
     flat = int(scores.argmax())
-    return flat // length, flat % length
+    return flat // length, flat % length, float(scores.view(-1)[flat])
 
 
-def _hotpot(graph: EncodedGraph, rows: range, batch: GraphBatch, out: dict, g: int, max_answer_tokens: int) -> dict:
-    node_scores = torch.sigmoid(out["node_logits"][rows.start : rows.stop])
-    ranked = torch.argsort(node_scores, descending=True).tolist()
+def _node_spans(graph: EncodedGraph, rows: range, batch: GraphBatch, out: dict, max_answer_tokens: int) -> list:
+    """Per node, its best span (start, end, score) or None."""
+    spans = []
+    for node in range(graph.num_nodes):
+        row, length = rows.start + node, len(graph.input_ids[node])
+        spans.append(
+            scored_span(
+                out["start_logits"][row, :length],
+                out["end_logits"][row, :length],
+                batch.paragraph_mask[row, :length],
+                max_answer_tokens,
+            )
+        )
+    return spans
+
+
+def supporting_nodes(graph: EncodedGraph, ranked: list[int], sp_mode: str) -> list[int]:
+    """The nodes whose sentences may be supporting facts (`ranked`: nodes by relevance, answer node first)."""
+    if sp_mode == "joint":
+        return ranked[:SUPPORTING_NODES]
+    if sp_mode != "chain":
+        raise ValueError(f"unknown sp_mode {sp_mode!r}; one of {', '.join(SP_MODES)}")
+    answer = ranked[0]
+    parents = {int(src) for src, dst in np.asarray(graph.edges).reshape(-1, 2) if int(dst) == answer and src != dst}
+    parent = next((n for n in ranked[1:] if n in parents), None)
+    if parent is None:
+        parent = ranked[1] if len(ranked) > 1 else None
+    return [answer] if parent is None else [answer, parent]
+
+
+def _hotpot(
+    graph: EncodedGraph,
+    rows: range,
+    batch: GraphBatch,
+    out: dict,
+    g: int,
+    max_answer_tokens: int,
+    sp_mode: str = "joint",
+    by_span: bool = False,
+) -> dict:
+    spans = None
+    if by_span:
+        spans = _node_spans(graph, rows, batch, out, max_answer_tokens)
+        scores = torch.tensor([float("-inf") if s is None else s[2] for s in spans])
+        node_scores = torch.softmax(scores, 0) if torch.isfinite(scores).any() else torch.full_like(scores, 0.0)
+    else:
+        node_scores = torch.sigmoid(out["node_logits"][rows.start : rows.stop])
+    ranked = torch.argsort(node_scores, descending=True, stable=True).tolist()
     node = ranked[0]
     row, length = rows.start + node, len(graph.input_ids[node])
 
@@ -73,11 +134,15 @@ def _hotpot(graph: EncodedGraph, rows: range, batch: GraphBatch, out: dict, g: i
     if answer_type != "span" and graph.question_type == QUESTION_TYPES.index("bridge"):
         answer_type = "span"
     if answer_type == "span":
-        span = best_span(
-            out["start_logits"][row, :length],
-            out["end_logits"][row, :length],
-            batch.paragraph_mask[row, :length],
-            max_answer_tokens,
+        span = (
+            spans[node]
+            if spans is not None
+            else best_span(
+                out["start_logits"][row, :length],
+                out["end_logits"][row, :length],
+                batch.paragraph_mask[row, :length],
+                max_answer_tokens,
+            )
         )
         offsets = graph.offsets[node]
         answer = "" if span is None else graph.node_paragraphs[node][offsets[span[0]][0] : offsets[span[1]][1]]
@@ -85,7 +150,7 @@ def _hotpot(graph: EncodedGraph, rows: range, batch: GraphBatch, out: dict, g: i
         answer = answer_type
 
     facts = []
-    for local in ranked[:SUPPORTING_NODES]:
+    for local in supporting_nodes(graph, ranked, sp_mode):
         count = int(graph.num_sentences[local])
         present = out["sentence_mask"][rows.start + local, :count]
         if not present.any():
@@ -121,8 +186,16 @@ def _fever(graph: EncodedGraph, rows: range, out: dict, g: int) -> dict:
     }
 
 
-def decode(graphs: Sequence[EncodedGraph], batch: GraphBatch, output: XHOutput, max_answer_tokens: int) -> list[dict]:
-    """One prediction dict per graph, in batch order (the graphs `collate` received, same order)."""
+def decode(
+    graphs: Sequence[EncodedGraph],
+    batch: GraphBatch,
+    output: XHOutput,
+    max_answer_tokens: int,
+    sp_mode: str = "joint",
+    by_span: bool = False,
+) -> list[dict]:
+    """One prediction dict per graph, in batch order (the graphs `collate` received, same order).
+    `sp_mode` and `by_span`: HotpotQA's supporting-fact nodes and no-node decoding (module docstring)."""
     if len(graphs) != batch.num_graphs:
         raise ValueError(f"decode got {len(graphs)} graphs for a batch of {batch.num_graphs}")
     out: dict[str, torch.Tensor] = {}
@@ -141,7 +214,7 @@ def decode(graphs: Sequence[EncodedGraph], batch: GraphBatch, output: XHOutput, 
         if needed not in out:
             raise ValueError(f"graph {graph.qid!r} is a {graph.task} graph but the model has no {graph.task} heads")
         if graph.task == "hotpot":
-            predictions.append(_hotpot(graph, rows, batch, out, g, max_answer_tokens))
+            predictions.append(_hotpot(graph, rows, batch, out, g, max_answer_tokens, sp_mode, by_span))
         else:
             predictions.append(_fever(graph, rows, out, g))
     return predictions

@@ -19,6 +19,7 @@ are never logged twice.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import time
@@ -26,7 +27,7 @@ import zlib
 from pathlib import Path
 
 from xh.config import TrainConfig, XHConfig
-from xh.eval.fever import evaluate_fever, flat_metrics
+from xh.eval.fever import evaluate_fever, flat_metrics, with_misses
 from xh.eval.hotpot import evaluate_hotpot
 from xh.graph.encode import GraphEncoder
 from xh.inference import (
@@ -79,9 +80,12 @@ def evaluate_dev(
     cfg: XHConfig,
     attention: list | None = None,
     official: dict | None = None,
+    missed: list[str] | tuple = (),
 ) -> dict:
     """Dev metrics with the official HotpotQA rules (FEVER: the official scorer, with its slices), keys
-    prefixed `dev_`. `official`, when a dict, receives FEVER's "gold" and "predictions" files."""
+    prefixed `dev_`. `official`, when a dict, receives FEVER's "gold" and "predictions" files. `missed`: ids
+    of dev questions quarantined at graph building; each counts as a miss (score 0), as the official
+    scripts count a question without a prediction."""
     predictions = predict_graphs(
         model,
         tokenizer,
@@ -92,21 +96,31 @@ def evaluate_dev(
         make_batch=BatchLayout.of(cfg).eval_batcher(),
     )
     if cfg.model.task == "fever":
-        return fever_dev_metrics(rows, predictions, official)
-    metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
-    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+        return fever_dev_metrics(rows, predictions, official, missed)
+    gold = hotpot_gold(rows, missed)
+    metrics = evaluate_hotpot(gold, hotpot_prediction_file(predictions)) if gold else {}
+    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
 
 
-def fever_dev_metrics(rows: list[dict], predictions: list[dict], official: dict | None = None) -> dict:
+def log_graph_settings(mlflow, settings: dict) -> None:
+    """Log the graphs table's settings as `graphs.*` parameters; a resumed run logs the same values again."""
+    params = {f"graphs.{k}": json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in settings.items()}
+    if params:
+        mlflow.log_params(params)
+
+
+def fever_dev_metrics(
+    rows: list[dict], predictions: list[dict], official: dict | None = None, missed: list[str] | tuple = ()
+) -> dict:
     """The official FEVER scorer on dev graphs: FEVER score, label accuracy, evidence P / R / F1 and the
-    single- / multi-evidence / NEI slices, as `dev_` metrics."""
+    single- / multi-evidence / NEI slices, as `dev_` metrics; claims in `missed` (no graph) count as wrong."""
     gold, predicted = fever_gold(rows), fever_prediction_file(predictions)
     if official is not None:
         official.update(gold=gold, predictions=predicted)
     if not rows:
         return {"dev_fever_score": 0.0, "dev_label_accuracy": 0.0, "dev_graphs": 0}
-    metrics = flat_metrics(evaluate_fever(gold, predicted, slices=True))
-    return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": len(rows)}
+    metrics = with_misses(flat_metrics(evaluate_fever(gold, predicted, slices=True)), len(rows), len(missed))
+    return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
 
 
 def _log_fever_files(mlflow, official: dict, step: int) -> None:
@@ -177,6 +191,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     cfg = XHConfig.model_validate(config["cfg"])
     plan = StepPlan(**config["plan"])
+    dev_missed = list(config.get("dev_missed") or [])
     train = cfg.train
     context = ray.train.get_context()
     rank = context.get_world_rank()
@@ -205,6 +220,8 @@ def train_loop_per_worker(config: dict) -> None:
         tracking = TrainingRun(cfg, "train", run_name=train.run_name, run_id=progress.mlflow_run_id)
         progress.mlflow_run_id = tracking.run_id
         mlflow.set_tag("worker_nodes", str(len(set(nodes))))
+        # the graphs table's own settings (edge mode, node counts, ...), as its build recorded them
+        log_graph_settings(mlflow, config.get("graph_settings") or {})
     train_shard = ray.train.get_dataset_shard("train")
     dev_rows = (
         [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
@@ -222,9 +239,9 @@ def train_loop_per_worker(config: dict) -> None:
             from xh.train.figures import HopAttentionRecorder
 
             with HopAttentionRecorder(model) as recorder:
-                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches, official)
+                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches, official, dev_missed)
         else:
-            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, official=official)
+            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, official=official, missed=dev_missed)
         if official:
             _log_fever_files(mlflow, official, progress.step)
         model.train()
