@@ -76,6 +76,21 @@ def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
     return {"true_links": len(true_links), **problems}
 
 
+def _stage_runner(stages: dict[str, dict]):
+    """`stage(name, step)`: one log line, the step's result kept in `stages[name]`, its seconds logged to
+    the demo's MLflow run."""
+    import mlflow
+
+    def stage(name: str, step) -> dict:
+        log("demo", f"--- {name}")
+        start = time.perf_counter()
+        stages[name] = step()
+        mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
+        return stages[name]
+
+    return stage
+
+
 def run(cfg: XHConfig) -> dict:
     cfg = _offline_backbone(cfg)
     if cfg.model.task == "fever":  # configs/demo-fever.yaml: the FEVER leg
@@ -85,13 +100,7 @@ def run(cfg: XHConfig) -> dict:
     with stage_run(cfg, "demo") as run_info:
         import mlflow
 
-        def stage(name: str, step) -> dict:
-            log("demo", f"--- {name}")
-            start = time.perf_counter()
-            stages[name] = step()
-            mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
-            return stages[name]
-
+        stage = _stage_runner(stages)
         stage("synth", lambda: synth.run(cfg))
         stage("wiki", lambda: wiki.run(_wiki_config(cfg)))
         stage("check", lambda: check_against_truth(cfg, stages["synth"], stages["wiki"]))
@@ -269,13 +278,7 @@ def run_fever(cfg: XHConfig) -> dict:
     with stage_run(cfg, "demo") as run_info:
         import mlflow
 
-        def stage(name: str, step) -> dict:
-            log("demo", f"--- {name}")
-            start = time.perf_counter()
-            stages[name] = step()
-            mlflow.log_metric(f"{name}.seconds", time.perf_counter() - start)
-            return stages[name]
-
+        stage = _stage_runner(stages)
         stage("synth", lambda: synth.run(cfg))
         fever_wiki = cfg.wiki.model_copy(
             update={"format": "fever", "inputs": [join(synth.world_uri(cfg), "fever", "wiki-pages")]}
