@@ -209,7 +209,7 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
     later = "3" if first == "worse" else "2"  # the promotion that writes second
     evaluated_v1 = threading.Barrier(2, timeout=120)
 
-    def fixed_metrics(model_name, version, rows, task):
+    def fixed_metrics(model_name, version, rows, task, missed=()):
         if version == "1":
             evaluated_v1.wait()  # both have judged against v1 before either writes
             if str(threading.current_thread().name) == later:
