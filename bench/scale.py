@@ -33,71 +33,13 @@ import platform
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from procs import ProcessSampler
+
 HOTPOT_WIKI_DOCS = 5_233_329  # abstracts in HotpotQA's processed Wikipedia
 RESULT = "scale-result "  # the line a one-size child process hands its figures back on
-
-
-def _rss(pid: int) -> int:
-    """Resident bytes of a process (Linux /proc; 0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """pid -> command line's first word, of every process under `root` (Ray's workers are under its raylet)."""
-    parent, title = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                title[int(entry)] = f.read().split(b"\0")[0].decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-    under, frontier = {}, [root]
-    while frontier:
-        frontier = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in under]
-        under.update({pid: title.get(pid, "") for pid in frontier})
-    return under
-
-
-class PeakRSS:
-    """Samples the RSS of this process and of every Ray worker process under it while in use."""
-
-    def __init__(self, every: float = 0.2):
-        self.every, self.driver, self.worker, self.worker_name = every, 0, 0, ""
-        self._stop = threading.Event()
-
-    def _sample(self) -> None:
-        me = os.getpid()
-        while True:
-            self.driver = max(self.driver, _rss(me))
-            for pid, title in _descendants(me).items():
-                if not (title.startswith("ray::") or "default_worker.py" in title):
-                    continue  # gcs_server, raylet, dashboard: Ray's own processes, not the stage's
-                rss = _rss(pid)
-                if rss > self.worker:
-                    self.worker, self.worker_name = rss, title.split()[0]
-            if self._stop.wait(self.every):
-                return
-
-    def __enter__(self) -> PeakRSS:
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def folder_bytes(*folders: Path) -> int:
@@ -201,7 +143,7 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             if name == "score":
                 score_input()
             before = folder_bytes(*(work / f for f in folders))
-            with PeakRSS() as rss:
+            with ProcessSampler() as rss:
                 start = time.perf_counter()
                 fn()
                 seconds = time.perf_counter() - start
@@ -213,6 +155,7 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
                 "worker_peak_mib": mib(rss.worker),
                 "largest_worker": rss.worker_name,
                 "written_mib": mib(folder_bytes(*(work / f for f in folders)) - before),
+                "cpu_seconds": rss.cpu_seconds(),
             }
             print(f"[scale] N={num_docs:,} {name}: {out['stages'][name]}", flush=True)
         out["index"] = index_figures(work, num_docs, args.shard_budget_gib * 2**30)

@@ -19,7 +19,8 @@ and prints one JSON line: qps (questions/s, everything included), qps_per_core (
 CPUs given to Ray; both sides have the same CPUs), qps_single_process, ratio (project / single
 process); the fixed costs apart: fixed_seconds (the project's run of 8 questions: Ray actors started,
 index and model loaded, stages staged; the single process's loading), steady_qps and ratio_steady
-(throughput once those are paid); stage_share (share of the project's time per stage). On a GPU
+(throughput once those are paid); stage_share (share of the project's time per stage); cpu_seconds
+(CPU the project's run used, by process: each stage's actors, the driver, Ray's own processes). On a GPU
 machine pass --gpu: the model actors take one GPU each (`score.use_gpu`) and qps_per_gpu replaces
 qps_per_core.
 """
@@ -33,6 +34,8 @@ import platform
 import tempfile
 import time
 from pathlib import Path
+
+from procs import ProcessSampler
 
 FIXED_QUESTIONS = 8  # the small run whose time is the project's fixed costs (actor start, model load, staging)
 
@@ -178,9 +181,11 @@ def main() -> None:
                     f"score.use_gpu={'true' if args.gpu else 'false'}",
                 ],
             )
-            start = time.perf_counter()
-            summary = score.run(cfg)
-            return time.perf_counter() - start, summary
+            with ProcessSampler(every=0.5) as sampled:
+                start = time.perf_counter()
+                summary = score.run(cfg)
+                seconds = time.perf_counter() - start
+            return seconds, summary | {"cpu_seconds": sampled.cpu_seconds()}
 
         fixed_s, _ = scoring("incoming-fixed")
         project_s, summary = scoring("incoming")
@@ -213,6 +218,8 @@ def main() -> None:
                 "stage_share": {k: round(v / sum(seconds.values()), 3) for k, v in seconds.items()},
                 "stage_seconds": seconds,
                 "wall_seconds": round(project_s, 2),
+                # where the project's CPU went: the stages' actors and tasks, the driver, Ray's own processes
+                "cpu_seconds": summary["cpu_seconds"],
                 "backbone": Path(backbone).name,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
             }

@@ -166,8 +166,10 @@ def _parse(inputs: list[str], s3):
 
 def _in_batches(rows, batch_size: int):
     """One block per actor call: a stage's file is read as one block, and Ray Data hands a block to
-    one actor, so without this a pool of several actors leaves all but one idle."""
-    return rows.repartition(target_num_rows_per_block=batch_size)
+    one actor, so without this a pool of several actors leaves all but one idle. Materialized before the
+    pool starts: the repartition task wants a whole CPU, and actors that hold the rest would starve it
+    (a run that never starts, not a slow one)."""
+    return rows.repartition(target_num_rows_per_block=batch_size).materialize()
 
 
 def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):

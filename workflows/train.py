@@ -36,7 +36,7 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
     return {"graphs": cfg.train.graphs or join(root, "graphs", cfg.model.task), "storage": storage}
 
 
-def datasets(cfg: XHConfig, graphs_uri: str, s3):
+def datasets(cfg: XHConfig, graphs_uri: str, dev_graphs: str | None, s3):
     """(train, dev) Ray datasets, materialized: their sizes fix the step plan, and nothing is left for
     read tasks to compete with the training workers for CPUs."""
     import pyarrow as pa
@@ -58,7 +58,6 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
     common = dict(batch_format="pyarrow", zero_copy_batch=True)
     if kinds is not None:
         graphs = graphs.map_batches(of_kind, **common)
-    dev_graphs = cfg.train.dev_graphs or _held_out_dev(cfg, graphs_uri, s3)
     if dev_graphs:
         dev_fs, dev_path = resolve(dev_graphs, s3)
         dev = ray.data.read_parquet(dev_path, filesystem=dev_fs)
@@ -69,9 +68,12 @@ def datasets(cfg: XHConfig, graphs_uri: str, s3):
     return train, dev
 
 
-def _held_out_dev(cfg: XHConfig, graphs_uri: str, s3) -> str | None:
-    """FEVER: the dev claims' own retrieval-only build (`<graphs>-dev`, `graphs.claims_split=dev`) when
-    it exists, instead of a split cut from gold-first training graphs."""
+def dev_source(cfg: XHConfig, graphs_uri: str, s3) -> str | None:
+    """The graphs folder of the dev set, or None for a split cut from the training graphs: `train.dev_graphs`
+    when given; for FEVER, the dev claims' own retrieval-only build (`<graphs>-dev`,
+    `graphs.claims_split=dev`) when it exists, instead of a split cut from gold-first training graphs."""
+    if cfg.train.dev_graphs:
+        return cfg.train.dev_graphs
     if cfg.model.task != "fever":
         return None
     fs, path = resolve(graphs_uri.rstrip("/") + "-dev", s3)
@@ -99,14 +101,13 @@ def _kinds(cfg: XHConfig) -> tuple[str, ...] | None:
     return (kind,) if kind in ("bridge", "comparison") else None
 
 
-def dev_misses(cfg: XHConfig, graphs_uri: str, s3) -> list[str]:
+def dev_misses(cfg: XHConfig, graphs_uri: str, dev_graphs: str | None, s3) -> list[str]:
     """Ids of dev questions quarantined at graph building: training's dev metrics count them as misses.
     A model of one question type misses only quarantined questions of unknown type or its own
     (a quarantined record keeps its `type` when the data gave one)."""
     from xh.graph.store import quarantined_qids
 
     kinds = _kinds(cfg)
-    dev_graphs = cfg.train.dev_graphs or _held_out_dev(cfg, graphs_uri, s3)
     if dev_graphs:
         return quarantined_qids(dev_graphs, s3, kinds)
     return [q for q in quarantined_qids(graphs_uri, s3, kinds) if in_dev_split(q, cfg.train.dev_fraction)]
@@ -126,7 +127,8 @@ def fit(cfg: XHConfig) -> dict:
     from ray.train.torch import TorchTrainer
 
     init_ray(cfg)
-    train_ds, dev_ds = datasets(cfg, paths["graphs"], s3)
+    dev_graphs = dev_source(cfg, paths["graphs"], s3)
+    train_ds, dev_ds = datasets(cfg, paths["graphs"], dev_graphs, s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
     plan = plan_steps(
         num_train,
@@ -149,7 +151,7 @@ def fit(cfg: XHConfig) -> dict:
             "plan": asdict(plan),
             "storage_dir": join(paths["storage"], cfg.train.run_name),
             "graph_settings": graph_settings(paths["graphs"], s3),
-            "dev_missed": dev_misses(cfg, paths["graphs"], s3),
+            "dev_missed": dev_misses(cfg, paths["graphs"], dev_graphs, s3),
         },
         scaling_config=ScalingConfig(
             num_workers=cfg.train.workers,

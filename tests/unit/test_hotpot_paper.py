@@ -238,13 +238,15 @@ def test_quarantine_ids_are_read_from_raw_records_even_truncated(tmp_path):
     assert quarantined_qids(str(tmp_path / "elsewhere")) == []
 
     # what the training driver hands its workers: the dev split's misses and the table's settings
-    from workflows.train import dev_misses, graph_settings
+    from workflows.train import dev_misses, dev_source, graph_settings
     from xh.train.loop import in_dev_split, log_graph_settings
 
     cfg = load_config(None, ["train.dev_fraction=0.5"])
-    assert dev_misses(cfg, str(graphs), None) == [q for q in ['q"7', "a1", "c9"] if in_dev_split(q, 0.5)]
+    assert dev_source(cfg, str(graphs), None) is None  # HotpotQA without train.dev_graphs: a split
+    assert dev_misses(cfg, str(graphs), None, None) == [q for q in ['q"7', "a1", "c9"] if in_dev_split(q, 0.5)]
     cfg = load_config(None, ["train.question_types=bridge", f"train.dev_graphs={graphs}"])
-    assert dev_misses(cfg, "unused", None) == ['q"7', "a1"]
+    assert dev_source(cfg, "unused", None) == str(graphs)
+    assert dev_misses(cfg, "unused", str(graphs), None) == ['q"7', "a1"]
     summary = {"quarantine": str(quarantine), "edge_mode": "full", "settings": {"ir_keep": 2, "seed": 13}}
     (graphs / "_summary.json").write_text(json.dumps(summary))
     settings = graph_settings(str(graphs), None)

@@ -1,0 +1,117 @@
+"""What the benchmark's processes use: peak RSS and CPU seconds of this process and of every process under it.
+
+    with ProcessSampler() as sampled:
+        run_the_stage()
+    sampled.driver, sampled.worker, sampled.worker_name   # peak RSS: this process, the largest Ray worker
+    sampled.cpu_seconds()   # {"driver": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, ..., "ray system": s}
+
+Linux only (`/proc`). A local Ray cluster's processes (raylet, GCS, workers) run under the driver that
+started it, so sampling the driver's descendants every `every` seconds sees them all. CPU time is the
+last sample of each process's user + system time, less what it had used when the sampling started: a
+process that ends between two samples loses at most `every` seconds of its CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of a process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def cpu(pid: int) -> float:
+    """User + system CPU seconds a process has used (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> command line's first word, of every process under `root` (Ray's workers are under its raylet)."""
+    parent, title = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title[int(entry)] = f.read().split(b"\0")[0].decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+    under, frontier = {}, [root]
+    while frontier:
+        frontier = [pid for pid, ppid in parent.items() if ppid in frontier and pid not in under]
+        under.update({pid: title.get(pid, "") for pid in frontier})
+    return under
+
+
+def kind(title: str) -> str:
+    """A Ray worker by what it runs ("ray::MapWorker(...)", "ray::IDLE" ...); Ray's own processes as one."""
+    if title.startswith("ray::"):
+        return title.split()[0]
+    if "default_worker.py" in title:
+        return "ray worker (starting)"
+    return "ray system"  # gcs_server, raylet, dashboard and log agents
+
+
+class ProcessSampler:
+    """Samples this process and every process under it while in use: peak RSS, CPU seconds by kind."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.driver, self.worker, self.worker_name = every, 0, 0, ""
+        self._stop = threading.Event()
+        self._start_cpu: dict[int, float] = {}
+        self._last_cpu: dict[int, float] = {}
+        self._kind: dict[int, str] = {}
+
+    def _sample(self, first: bool = False) -> None:
+        me = os.getpid()
+        self.driver = max(self.driver, rss(me))
+        processes = {me: "driver", **{pid: kind(title) for pid, title in descendants(me).items()}}
+        for pid, name in processes.items():
+            used = cpu(pid)
+            if first:
+                self._start_cpu[pid] = used
+            self._last_cpu[pid] = max(self._last_cpu.get(pid, 0.0), used)
+            if name != "ray worker (starting)" or pid not in self._kind:
+                self._kind[pid] = name  # a worker's title changes once it runs a task: the last one counts
+            if name.startswith("ray::") or name == "ray worker (starting)":
+                size = rss(pid)
+                if size > self.worker:
+                    self.worker, self.worker_name = size, name
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            self._sample()
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used while sampling, by process kind (largest first)."""
+        out: dict[str, float] = {}
+        for pid, used in self._last_cpu.items():
+            name = self._kind[pid]
+            out[name] = out.get(name, 0.0) + used - self._start_cpu.get(pid, 0.0)
+        return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+    def __enter__(self) -> ProcessSampler:
+        self._sample(first=True)
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
