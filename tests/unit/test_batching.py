@@ -108,6 +108,23 @@ def test_dev_evaluation_on_packed_batches_predicts_what_collated_batches_do(rows
     )
 
 
+def test_predictions_come_back_in_input_order_whatever_the_length_sorting(rows, backbone):
+    model = model_of(config(backbone))
+    lengths = [max(map(len, g.input_ids)) for g in encode_graphs(rows[:12], model.tokenizer, MAX_TOKENS)]
+    assert lengths != sorted(lengths, reverse=True)  # the sorting has something to reorder
+    seen: list = []
+    sorted_ = predict_graphs(model, model.tokenizer, rows[:12], batch_graphs=4, collect_attention=seen)
+    one_by_one = predict_graphs(model, model.tokenizer, rows[:12], batch_graphs=1, sort_window=1)
+    assert [p["qid"] for p in sorted_] == [r["qid"] for r in rows[:12]]
+    assert [p["answer"] for p in sorted_] == [p["answer"] for p in one_by_one]
+    torch.testing.assert_close(
+        torch.tensor([p["node_score"] for p in sorted_]), torch.tensor([p["node_score"] for p in one_by_one])
+    )
+    # batched longest node first: each batch's longest node is no longer than the previous batch's
+    longest = [max(max(map(len, g.input_ids)) for g in graphs) for graphs, _, _ in seen]
+    assert longest == sorted(longest, reverse=True) and len(seen) == 3
+
+
 def test_the_token_plan_comes_close_to_the_batches_an_epoch_makes(graphs, backbone):
     cfg = config(backbone, "train.batching=tokens", "train.batch_tokens=1920", "train.workers=1")
     made = sum(1 for _ in BatchLayout.of(cfg).groups([graphs]))
