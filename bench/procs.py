@@ -3,7 +3,7 @@
     with ProcessSampler() as sampled:
         run_the_stage()
     sampled.driver, sampled.worker, sampled.worker_name   # peak RSS: this process, the largest Ray worker
-    sampled.cpu_seconds()   # {"driver": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, ..., "ray system": s}
+    sampled.cpu_seconds()   # {"driver": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, "ray system: raylet": s ...}
 
 Linux only (`/proc`). A local Ray cluster's processes (raylet, GCS, workers) run under the driver that
 started it, so sampling the driver's descendants every `every` seconds sees them all. CPU time is the
@@ -39,7 +39,7 @@ def cpu(pid: int) -> float:
 
 
 def descendants(root: int) -> dict[int, str]:
-    """pid -> command line's first word, of every process under `root` (Ray's workers are under its raylet)."""
+    """pid -> command line, of every process under `root` (Ray's workers are under its raylet)."""
     parent, title = {}, {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -48,7 +48,7 @@ def descendants(root: int) -> dict[int, str]:
             with open(f"/proc/{entry}/stat") as f:
                 parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                title[int(entry)] = f.read().split(b"\0")[0].decode(errors="replace")
+                title[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except (OSError, IndexError, ValueError):
             continue
     under, frontier = {}, [root]
@@ -64,7 +64,10 @@ def kind(title: str) -> str:
         return title.split()[0]
     if "default_worker.py" in title:
         return "ray worker (starting)"
-    return "ray system"  # gcs_server, raylet, dashboard and log agents
+    # Ray's own processes: gcs_server, raylet, and Python ones named by their script (log_monitor.py ...)
+    words = title.split()
+    scripts = [w for w in words if w.endswith(".py")]
+    return "ray system: " + os.path.basename(scripts[0] if scripts else words[0] if words else "?")
 
 
 class ProcessSampler:

@@ -144,7 +144,8 @@ def main() -> None:
         help="CPUs of each model actor (leave some of the cluster to the read and write tasks)",
     )
     parser.add_argument("--inference-threads", type=int, default=1, help="torch threads of each model actor")
-    parser.add_argument("--batch-size", type=int, default=64, help="questions per actor call")
+    # 256: fewer, larger blocks, so fewer Ray tasks and output files per question
+    parser.add_argument("--batch-size", type=int, default=256, help="questions per actor call")
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()

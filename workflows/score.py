@@ -88,6 +88,7 @@ class _InferenceActor:
         model: dict,
         provenance: dict,
         batch_graphs: int,
+        block: int,
         threads: int | None,
         mlflow_cfg,
         s3,
@@ -98,7 +99,13 @@ class _InferenceActor:
         if threads:  # Ray gives a fractional-CPU actor one thread
             torch.set_num_threads(threads)
         configure(mlflow_cfg, s3)
-        self.pipeline = Pipeline.load(model=f"models:/{model['name']}/{model['version']}", batch_graphs=batch_graphs)
+        # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
+        # window pads less (`xh.inference.predict_graphs`)
+        self.pipeline = Pipeline.load(
+            model=f"models:/{model['name']}/{model['version']}",
+            batch_graphs=batch_graphs,
+            sort_window=max(1, -(-block // batch_graphs)),
+        )
         self.provenance = provenance
         from xh.model.dochopper import CorpusCache, DocHopper
 
@@ -211,7 +218,7 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
         compute=ActorPoolStrategy(size=sc.inference_workers),
         num_cpus=sc.inference_cpus,
         num_gpus=1 if use_gpu else 0,
-        fn_constructor_args=(model, provenance, sc.batch_graphs, sc.inference_threads, cfg.mlflow, s3),
+        fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, cfg.mlflow, s3),
         fn_constructor_kwargs={"corpus_cache": join(corpus_cache, hashlib.sha256(snapshot.encode()).hexdigest()[:16])},
     )
 

@@ -53,9 +53,11 @@ class Pipeline:
         tokenizer=None,
         batch_graphs: int = 8,
         s3: S3Settings | None = None,
+        sort_window: int = 8,
     ) -> None:
         self.retriever, self.tables, self.graph_settings, self.classifier = retriever, tables, graph, classifier
         self.model, self.tokenizer, self.batch_graphs = model, tokenizer, batch_graphs
+        self.sort_window = sort_window
         self.s3 = s3
 
     @classmethod
@@ -70,10 +72,12 @@ class Pipeline:
         model: str | None = None,
         batch_graphs: int = 8,
         s3: S3Settings | None = None,
+        sort_window: int = 8,
     ) -> Pipeline:
         """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
         `classifier` folder; FEVER, `graph.task == "fever"`: `tables` alone); the model half when
-        `model` is given."""
+        `model` is given. `sort_window`: batches of graphs sorted by length together
+        (`xh.inference.predict_graphs`)."""
         retriever = question_types = weights = tokenizer = None
         if graph is not None and graph.task == "fever" and tables is not None:
             # FEVER claims: the sentence retriever over the docs (`xh.graph.fever`) is the whole graph half
@@ -89,7 +93,7 @@ class Pipeline:
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
             weights, tokenizer = _load_model(model)
-        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3)
+        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3, sort_window)
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
@@ -117,7 +121,9 @@ class Pipeline:
         score, or a FEVER label, its probabilities and evidence (`xh.model.decode`)."""
         from xh.inference import predict_graphs
 
-        return predict_graphs(self.model, self.tokenizer, graphs, batch_graphs=self.batch_graphs)
+        return predict_graphs(
+            self.model, self.tokenizer, graphs, batch_graphs=self.batch_graphs, sort_window=self.sort_window
+        )
 
     def __call__(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows -> (predictions, QUARANTINE rows of the questions without a graph)."""
