@@ -251,3 +251,26 @@ def pytest_collection_modifyitems(config, items):
                 cuda = torch.cuda.is_available()
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason="needs CUDA"))
+
+
+@pytest.fixture(scope="session")
+def fever_docs():
+    """A function: {page id: [sentence, ...]} -> a DOCS table, through the real FEVER wiki-pages reader
+    (one `wiki-000.jsonl` of those pages), as the wiki stage makes it."""
+    import io
+    import json
+
+    import pyarrow as pa
+
+    from xh import schemas
+    from xh.wiki.readers import read_fever
+
+    def make(pages: dict[str, list[str]]) -> pa.Table:
+        lines = [
+            json.dumps({"id": page, "lines": "\n".join(f"{i}\t{s}" for i, s in enumerate(sentences))})
+            for page, sentences in pages.items()
+        ]
+        records = read_fever(io.BytesIO("\n".join(lines).encode()), "wiki-000.jsonl")
+        return pa.Table.from_pylist([r.row() for r in records], schema=schemas.DOCS)
+
+    return make

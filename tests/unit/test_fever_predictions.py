@@ -3,7 +3,6 @@ scorer on it and on batch scoring's table, and evaluation graphs that no gold la
 
 from __future__ import annotations
 
-import io
 import json
 import random
 from collections import Counter
@@ -12,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from xh import schemas
 from xh.config import GraphsConfig, ModelConfig
 from xh.eval.fever import evaluate_fever, evaluate_fever_files, flat_metrics, official_predictions
 from xh.fever import claim_split, read_fever_claims, write_claim_split
@@ -21,7 +19,6 @@ from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import fever_gold, fever_prediction_file, predict_graphs
 from xh.model import XHModel, load_tokenizer
 from xh.train.loop import fever_dev_metrics
-from xh.wiki.readers import read_fever
 
 pytestmark = pytest.mark.unit
 
@@ -54,13 +51,8 @@ CLAIMS = [
 
 
 @pytest.fixture(scope="module")
-def docs() -> pa.Table:
-    lines = [
-        json.dumps({"id": page, "lines": "\n".join(f"{i}\t{s}" for i, s in enumerate(sentences))})
-        for page, sentences in PAGES.items()
-    ]
-    records = list(read_fever(io.BytesIO("\n".join(lines).encode()), "wiki-000.jsonl"))
-    return pa.Table.from_pylist([r.row() for r in records], schema=schemas.DOCS)
+def docs(fever_docs) -> pa.Table:
+    return fever_docs(PAGES)
 
 
 def claim_rows() -> list[dict]:

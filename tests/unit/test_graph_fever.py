@@ -6,7 +6,6 @@ claims in == graphs out + quarantined.
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 
@@ -17,7 +16,6 @@ from xh import schemas, synth
 from xh.fever import claim_rows, read_fever_claims
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, build_fever_graphs, evidence_recall
 from xh.wiki import process
-from xh.wiki.readers import read_fever
 
 pytestmark = pytest.mark.unit
 
@@ -146,14 +144,9 @@ PAGES = {
 
 
 @pytest.fixture(scope="module")
-def docs() -> pa.Table:
+def docs(fever_docs) -> pa.Table:
     """The pages through the real FEVER wiki-pages reader, as the wiki stage makes them."""
-    lines = [
-        json.dumps({"id": page, "lines": "\n".join(f"{i}\t{s}" for i, s in enumerate(sentences))})
-        for page, sentences in PAGES.items()
-    ]
-    records = list(read_fever(io.BytesIO("\n".join(lines).encode()), "wiki-000.jsonl"))
-    return pa.Table.from_pylist([r.row() for r in records], schema=schemas.DOCS)
+    return fever_docs(PAGES)
 
 
 def claim(qid: str, text: str, label: str | None, *groups: list[tuple[str, int]]) -> dict:
