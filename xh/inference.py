@@ -125,6 +125,7 @@ def predict_graphs(
             collect_attention=collect_attention,
             make_batch=make_batch,
             sp_mode=sp_mode,
+            sort_window=sort_window,
         )
         for kind, (sub, sub_tokenizer) in model.models.items():
             picked = [row for row, k in zip(rows, kinds) if k == kind]
