@@ -17,6 +17,13 @@ section's settings (`--set rerank.max_length=128` ...), in this process: the ste
     ratio           re-ranker / BM25 for each
 
 Re-ranking cannot find what BM25's top `--top` misses: `supp_recall@{top}` of BM25 is the ceiling.
+
+`--paths` also trains a path re-ranker (`xh.retrieval.rerank.path_examples_from_hotpot`: the question
+against two paragraphs at once, `--set rerank.max_length=...` shared) and reports `reranker+paths`:
+the re-ranker's order with the best-scoring pair of its first `--path-top` moved to the front
+(`best_path_first`), and `reranker+paths+fused`: the same with each pair's path logit plus both
+paragraphs' re-ranker logits. `--seeds 13 14 15` repeats the training per seed and adds the mean and sample std
+of each measure over the seeds. `--device cuda` trains and scores on a GPU (bf16 autocast).
 """
 
 from __future__ import annotations
@@ -78,17 +85,50 @@ def reranked(encoder, docs, questions: list[dict], candidates: list[dict]) -> li
     return rows
 
 
-def train(records: list[dict], r, backbone: str, log_every: int = 10):
-    """A re-ranker fine-tuned as `xh.train.rerank` does (one process, no Ray): the same pairs, loss and schedule."""
-    from xh.retrieval.rerank import CrossEncoder, epoch_batches, examples_from_hotpot, listwise_loss, pair_loss
+def path_first(encoder, docs, questions: list[dict], ranked: list[dict], top: int, fuse: bool = False) -> list[dict]:
+    """`ranked` (rows with a rank) with the path re-ranker's best pair of each question's first `top` in front;
+    `fuse`: a pair's score adds the rows' own scores (the re-ranker's logits)."""
+    from xh.retrieval.rerank import best_path_first, passage_text
+
+    rows = []
+    for q in questions:
+        mine = sorted((r for r in ranked if r["qid"] == q["qid"]), key=lambda r: r["rank"])
+        single = [r["score"] for r in mine] if fuse else None
+        passages = [passage_text(*docs[r["doc_id"]]) for r in mine]
+        order = best_path_first(encoder, q["question"], passages, top, single_scores=single)
+        rows += [mine[i] | {"rank": rank} for rank, i in enumerate(order)]
+    return rows
+
+
+def autocast(device: str):
+    """bf16 autocast on a GPU (as training runs there), nothing on a CPU."""
+    import contextlib
+
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else contextlib.nullcontext()
+
+
+def train(records: list[dict], r, backbone: str, device: str = "cpu", paths: bool = False, log_every: int = 10):
+    """A re-ranker fine-tuned as `xh.train.rerank` does (one process, no Ray): the same pairs, loss and schedule;
+    `paths`: a path re-ranker (pairs of paragraphs, listwise over each question's pairs)."""
+    from xh.retrieval.rerank import (
+        CrossEncoder,
+        epoch_batches,
+        examples_from_hotpot,
+        listwise_loss,
+        pair_loss,
+        path_examples_from_hotpot,
+    )
     from xh.train.rerank import training_units
     from xh.train.worker import adamw_with_warmup, optimizer_step, plan_steps, start_worker
 
     start_worker(r.seed, r.threads_per_worker)
-    examples = examples_from_hotpot(records, r.negatives_per_positive, r.seed, r.negatives, r.bm25_pool)
+    if paths:
+        examples = path_examples_from_hotpot(records, r.path_negatives, r.seed, r.bm25_pool)
+    else:
+        examples = examples_from_hotpot(records, r.negatives_per_positive, r.seed, r.negatives, r.bm25_pool)
     units, per_step, unit = training_units(r, examples)
     plan = plan_steps(len(units), workers=1, batch_size=per_step, epochs=r.epochs, max_steps=r.max_steps, unit=unit)
-    encoder = CrossEncoder.from_backbone(backbone, r.max_length, pooling=r.pooling)
+    encoder = CrossEncoder.from_backbone(backbone, r.max_length, pooling=r.pooling).to(device)
     optimizer, scheduler = adamw_with_warmup(
         [{"params": list(encoder.parameters()), "lr": r.lr, "weight_decay": 0.01}], plan.total_steps, r.warmup_fraction
     )
@@ -98,7 +138,8 @@ def train(records: list[dict], r, backbone: str, log_every: int = 10):
     encoder.train()
     for epoch in range(math.ceil(plan.total_steps / plan.batches_per_epoch)):
         for batch in epoch_batches(units, per_step, r.seed, epoch)[: plan.total_steps - step]:
-            loss = loss_of(encoder, encoder, batch)
+            with autocast(device):
+                loss = loss_of(encoder, encoder, batch)
             loss.backward()
             optimizer_step(encoder, optimizer, scheduler, max_grad_norm=1.0)
             step, losses = step + 1, [*losses, loss.item()]
@@ -110,6 +151,7 @@ def train(records: list[dict], r, backbone: str, log_every: int = 10):
     first = losses[: max(1, len(losses) // 10)]
     last = losses[-max(1, len(losses) // 10) :]
     return encoder.eval(), {
+        "kind": "paths" if paths else "paragraphs",
         "pairs": len(examples),
         unit: len(units),
         "steps": plan.total_steps,
@@ -133,9 +175,13 @@ def main() -> None:
     what = parser.add_mutually_exclusive_group()  # neither: BM25 alone
     what.add_argument("--reranker", help="a saved re-ranker folder")
     what.add_argument("--train", action="store_true", help="fine-tune one first (the `rerank` settings)")
+    parser.add_argument("--paths", action="store_true", help="--train: a path re-ranker too")
+    parser.add_argument("--path-top", type=int, default=10, help="pairs among the re-ranker's first N (--paths)")
+    parser.add_argument("--seeds", type=int, nargs="+", help="--train: one training per seed (rerank.seed)")
     parser.add_argument("--set", action="append", default=[], help="rerank.KEY=VALUE overrides for --train")
-    parser.add_argument("--save", help="--train: save the re-ranker here")
+    parser.add_argument("--save", help="--train: save the (last seed's) re-ranker here")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -154,32 +200,71 @@ def main() -> None:
         for r in evaluated
     ]
     candidates = bm25_candidates(docs, questions, args.top)
-    result: dict = {"corpus": len(docs), "questions": len(questions), "top": args.top, "machine": platform.node()}
-    if args.train:
-        cfg = load_config(None, [f"rerank.threads_per_worker={args.threads}", *args.set])
-        result["settings"] = cfg.rerank.model_dump(mode="json")
-        encoder, result["training"] = train(
-            records[args.train_records], cfg.rerank, resolve_backbone(cfg.rerank.backbone)
-        )
-        if args.save:
-            encoder.save(args.save)
-    elif args.reranker:
-        encoder = CrossEncoder.load(args.reranker)
     ks = tuple(sorted({*KS, args.top}))
+    result: dict = {"corpus": len(docs), "questions": len(questions), "top": args.top, "machine": platform.node()}
+    result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     report = {"bm25": retrieval_report(questions, candidates, docs, ks=ks)["all"]}
-    if args.train or args.reranker:
+
+    def evaluate(encoder, paths=None) -> dict:
         start = time.perf_counter()
-        rows = reranked(encoder, docs, questions, candidates)
-        result["rerank_seconds"] = round(time.perf_counter() - start, 1)
-        report["reranker"] = retrieval_report(questions, rows, docs, ks=ks)["all"]
+        with autocast(args.device):
+            rows = reranked(encoder, docs, questions, candidates)
+            out = {"reranker": retrieval_report(questions, rows, docs, ks=ks)["all"]}
+            if paths is not None:
+                for name, fuse in (("reranker+paths", False), ("reranker+paths+fused", True)):
+                    ordered = path_first(paths, docs, questions, rows, args.path_top, fuse)
+                    out[name] = retrieval_report(questions, ordered, docs, ks=ks)["all"]
+        out["seconds"] = round(time.perf_counter() - start, 1)
+        return out
+
+    if args.train:
+        runs = []
+        for seed in args.seeds or [None]:
+            seed_set = [f"rerank.seed={seed}"] if seed is not None else []
+            cfg = load_config(None, [f"rerank.threads_per_worker={args.threads}", *args.set, *seed_set])
+            result["settings"] = cfg.rerank.model_dump(mode="json")
+            backbone = resolve_backbone(cfg.rerank.backbone)
+            encoder, training = train(records[args.train_records], cfg.rerank, backbone, args.device)
+            paths = None
+            if args.paths:
+                paths, training["paths"] = train(records[args.train_records], cfg.rerank, backbone, args.device, True)
+            run = {"seed": cfg.rerank.seed, "training": training, **evaluate(encoder, paths)}
+            print(json.dumps({"seed": run["seed"], **{k: v for k, v in run.items() if k != "seed"}}), flush=True)
+            runs.append(run)
+            if args.save:
+                encoder.save(args.save)
+        result["runs"] = runs
+        for name in ("reranker", "reranker+paths", "reranker+paths+fused"):
+            if name in runs[0]:
+                report[name] = spread([run[name] for run in runs])
+    elif args.reranker:
+        report.update(evaluate(CrossEncoder.load(args.reranker).to(args.device)))
+        report.pop("seconds")
     result["report"] = report
-    print(f"{'measure':<18}{'BM25':>8}{'re-ranker':>11}{'ratio':>8}")
-    for name in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks]:
-        a, b = report["bm25"].get(name), report.get("reranker", {}).get(name, float("nan"))
-        print(f"{name:<18}{a:>8.3f}{b:>11.3f}{(b / a if a else float('nan')):>8.2f}")
-    print(json.dumps({k: v for k, v in result.items() if k != "report"}, indent=1))
+    names = [n for n in ("reranker", "reranker+paths", "reranker+paths+fused") if n in report]
+    print(f"{'measure':<18}{'BM25':>8}" + "".join(f"{n:>22}" for n in names))
+    for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks]:
+        row = f"{measure:<18}{report['bm25'].get(measure):>8.3f}"
+        for n in names:
+            value, std = report[n].get(measure), report[n].get(f"{measure}_std", 0.0)
+            row += f"{value:>16.3f} ±{std:.3f}"
+        print(row)
+    print(json.dumps({k: v for k, v in result.items() if k not in ("report", "runs")}, indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+
+
+def spread(reports: list[dict]) -> dict:
+    """The mean of each measure over seeds, with its sample std (`<measure>_std`, 0 for one seed)."""
+    import statistics
+
+    out = {}
+    for measure, value in reports[0].items():
+        if isinstance(value, (int, float)):
+            values = [r[measure] for r in reports]
+            out[measure] = statistics.fmean(values)
+            out[f"{measure}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+    return out
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from xh.train.worker import plan_steps
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
     r, root = cfg.rerank, cfg.storage.root
-    output = r.output or join(root, "models", "reranker")
+    output = r.output or join(root, "models", "path-reranker" if r.paths else "reranker")
     if not is_s3(output):
         output = str(Path(output).resolve())  # workers may run in another working directory
     storage = r.storage_path or output.rstrip("/") + "-checkpoints"

@@ -106,6 +106,11 @@ class RetrieveConfig(Section):
     expansion_rerank_pool: int = Field(
         100, ge=1, description="with a re-ranker: expansion neighbours it scores (BM25's best)"
     )
+    path_reranker: str | None = Field(
+        None,
+        description="trained path re-ranker (rerank.paths=true): the best pair of the first path_top ir docs goes first",
+    )
+    path_top: int = Field(10, ge=2, description="with a path re-ranker: ir docs whose pairs it scores")
 
 
 class RerankConfig(Section):
@@ -130,6 +135,10 @@ class RerankConfig(Section):
     )
     max_length: int = Field(256, ge=16, description="tokens per question + paragraph pair")
     negatives_per_positive: int = Field(3, ge=1)
+    paths: bool = Field(
+        False, description="a path re-ranker: the question against two paragraphs (`questions` files only)"
+    )
+    path_negatives: int = Field(12, ge=1, description="paths: wrong pairs per question")
     negatives: Literal["context", "bm25"] = Field(
         "bm25", description="`questions` file: negatives from the question's context, or BM25's top `bm25_pool`"
     )

@@ -86,7 +86,7 @@ CANDIDATES = pa.schema(
         pa.field("source", pa.string(), nullable=False),  # ir (BM25), el (entity link), exp (hyperlink expansion)
         pa.field("score", pa.float64(), nullable=False),
         pa.field("rank", pa.int32(), nullable=False),  # within its source, 0-based
-        pa.field("ranker", pa.string(), nullable=False),  # what ordered it: bm25, commonness, reranker, links
+        pa.field("ranker", pa.string(), nullable=False),  # what ordered it: bm25, commonness, reranker, paths, links
         pa.field("surface", pa.string()),  # el only: the question text linked to the doc
     ]
 )

@@ -351,3 +351,95 @@ def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_ret
     assert len(trained) < len(questions)
     retrieve = demo._retrieve_config(cfg, "runs/demo/models/reranker").retrieve
     assert retrieve.reranker == "runs/demo/models/reranker" and retrieve.questions.endswith("questions.json")
+
+
+# --- the path re-ranker: the question against two paragraphs -------------------------------------
+
+
+def test_path_pairs_hold_the_gold_pair_both_ways_and_never_as_a_negative():
+    from xh.retrieval.rerank import pair_text, path_examples_from_hotpot
+
+    others = [[f"Founder {i}", [f"A founder of a firm in the city {i}."]] for i in range(4)]
+    records = [HOTPOT[0] | {"context": HOTPOT[0]["context"] + others}, HOTPOT[1]]
+    examples = path_examples_from_hotpot(records, negatives_per_question=4, seed=0, bm25_pool=10)
+    arden = passage_text("Arden Works", "Arden Works is a firm. It was founded by Mara Quinn.")
+    mara = passage_text("Mara Quinn", "Mara Quinn is a designer. She was born in Lake Melholm.")
+    positives = [e.passage for e in examples if e.label == 1.0]
+    assert positives == [pair_text(arden, mara), pair_text(mara, arden)]
+    negatives = [e.passage.split(" [SEP] ") for e in examples if e.label == 0.0]
+    assert len(negatives) == 4 and all(len(pair) == 2 for pair in negatives)
+    gold = {arden, mara}
+    assert not any(set(pair) <= gold for pair in negatives)  # a negative holds at most one gold paragraph
+    assert sum(len(set(pair) & gold) == 1 for pair in negatives) == 2  # half of them one gold and one other
+    assert {e.qid for e in examples} == {"q1"}  # q2 has no supporting pair
+    assert path_examples_from_hotpot(records, 4, seed=0, bm25_pool=10) == examples  # seeded
+
+
+class _PairScores:
+    """A stand-in path re-ranker: a pair scores what `table` says of its two titles (0 otherwise)."""
+
+    def __init__(self, table: dict[tuple[str, str], float]):
+        self.table, self.calls = table, []
+
+    def score(self, question: str, passages: list[str], batch_size: int = 32) -> np.ndarray:
+        self.calls.append(len(passages))
+        titles = [tuple(p.split(". ")[0] for p in pair.split(" [SEP] ")) for pair in passages]
+        return np.array([self.table.get(t, 0.0) for t in titles])
+
+
+def test_the_best_pair_of_the_first_top_goes_first_and_the_rest_keep_their_order():
+    from xh.retrieval.rerank import best_path_first
+
+    passages = [passage_text(t, "x") for t in "ABCDEF"]
+    scorer = _PairScores({("B", "D"): 2.0, ("A", "F"): 9.0})  # A-F is past top=4: never scored
+    assert best_path_first(scorer, "q", passages, top=4) == [1, 3, 0, 2, 4, 5]
+    assert scorer.calls == [6]  # the 4 * 3 / 2 pairs of the first four, each once, in ranked order
+    # with the paragraphs' own logits added, a pair of two strong paragraphs can win over the path's choice
+    assert best_path_first(scorer, "q", passages, top=4, single_scores=[5, 0, 5, 0, 0, 0]) == [0, 2, 1, 3, 4, 5]
+    assert best_path_first(scorer, "q", passages[:1], top=4) == [0]  # one paragraph: no pair
+
+
+def test_path_training_needs_a_questions_file(tmp_path):
+    from xh.config import ConfigError, RerankConfig
+    from xh.retrieval.rerank import training_examples
+
+    with pytest.raises(ConfigError, match="rerank.questions"):
+        training_examples(RerankConfig(paths=True, retrieval=str(tmp_path)), str(tmp_path))
+    questions = tmp_path / "hotpot.json"
+    questions.write_text(json.dumps(HOTPOT))
+    examples = training_examples(RerankConfig(paths=True, questions=str(questions), path_negatives=2), str(tmp_path))
+    # q1 has one other paragraph in BM25's pool (Lake Melholm): one wrong pair with a gold paragraph, and no
+    # pair of two others to make the second negative from
+    assert all(" [SEP] " in e.passage for e in examples) and [e.label for e in examples] == [1, 1, 0]
+
+
+def test_a_path_reranker_puts_its_best_pair_first_among_the_ir_candidates(synth_tables):
+    import pyarrow.parquet as pq
+
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+    from xh.retrieval.entity_linking import EntityLinker
+    from xh.retrieval.expansion import LinkGraph
+
+    tables, questions = synth_tables
+    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
+    passages = Passages(docs)
+    tokens = Analyzer().analyze_batch(
+        [passage_text(t, x) for t, x in zip(*(docs[c].to_pylist() for c in ("title", "text")))]
+    )
+    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
+    parts = ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
+    q = [q for q in questions if q["type"] == "bridge"][0]
+    settings = RetrieveConfig(ir_candidates=20, path_top=6)
+    plain = [r for r in Retriever(*parts, settings).candidates([q["_id"]], [q["question"]]) if r["source"] == "ir"]
+    title = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
+    third, fifth = title[plain[2]["doc_id"]], title[plain[4]["doc_id"]]
+    scorer = _PairScores({(third, fifth): 1.0})
+    retriever = Retriever(*parts, settings, passages=passages, path_reranker=scorer)
+    rows = retriever.candidates([q["_id"]], [q["question"]])
+    ir = sorted((r for r in rows if r["source"] == "ir"), key=lambda r: r["rank"])
+    order = [2, 4, 0, 1, 3, *range(5, len(plain))]
+    assert [r["doc_id"] for r in ir] == [plain[i]["doc_id"] for i in order]
+    assert [r["score"] for r in ir] == [plain[i]["score"] for i in order]  # each keeps its BM25 score
+    assert {r["ranker"] for r in ir} == {"paths"} and scorer.calls == [15]
+    assert {r["ranker"] for r in rows if r["source"] != "ir"} == {"commonness", "bm25"}  # the others as before

@@ -19,6 +19,12 @@ the question), `commonness` (el), `links` (exp of a question with no BM25 terms)
          `el_per_surface` kept
     exp  the neighbours' `expansion_rerank_pool` best by BM25, re-ordered; top `expansion_keep` kept
 
+With a path re-ranker (`RetrieveConfig.path_reranker`, trained with `rerank.paths=true`), the ir
+documents, in the order above, get the best-scoring pair of their first `path_top` moved to the
+front (`xh.retrieval.rerank.best_path_first`), so that the `ir_keep` = 2 documents a graph keeps are
+the pair that reads best together (a bridge question's second paragraph often shares no word with
+the question); those ir rows say `paths`.
+
 The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
 paper); the index is read by `xh.retrieval.index.load_index`.
 """
@@ -107,11 +113,12 @@ class Retriever:
         settings: RetrieveConfig,
         reranker=None,
         passages: Passages | None = None,
+        path_reranker=None,
     ):
-        if (reranker is None) != (passages is None):
+        if (reranker is None and path_reranker is None) != (passages is None):
             raise ValueError("a re-ranker needs the docs' passages, and passages need a re-ranker")
         self.shards, self.linker, self.graph, self.settings = shards, linker, graph, settings
-        self.reranker, self.passages = reranker, passages
+        self.reranker, self.passages, self.path_reranker = reranker, passages, path_reranker
         self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
@@ -119,11 +126,11 @@ class Retriever:
 
     @classmethod
     def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
-        reranker = passages = None
-        if settings.reranker:
-            from xh.retrieval.rerank import CrossEncoder
+        from xh.retrieval.rerank import CrossEncoder
 
-            reranker, passages = CrossEncoder.load(settings.reranker, s3), Passages.load(tables_uri, s3)
+        reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
+        path_reranker = CrossEncoder.load(settings.path_reranker, s3) if settings.path_reranker else None
+        passages = Passages.load(tables_uri, s3) if reranker or path_reranker else None
         return cls(
             load_index(index_uri, s3),
             EntityLinker.load(tables_uri, s3=s3),
@@ -131,6 +138,7 @@ class Retriever:
             settings,
             reranker,
             passages,
+            path_reranker,
         )
 
     @property
@@ -180,6 +188,18 @@ class Retriever:
         else:
             linked = sorted(linked, key=lambda link: (-link.score, link.start))
         ir_ranker, el_ranker = ("reranker", "reranker") if rerank else ("bm25", "commonness")
+        if self.path_reranker is not None and len(ir_ids) > 1:
+            from xh.retrieval.rerank import best_path_first
+
+            order = best_path_first(
+                self.path_reranker,
+                question,
+                self.passages(ir_ids[: settings.path_top]),
+                settings.path_top,
+                settings.rerank_batch_size,
+            )
+            order += range(len(order), len(ir_ids))  # the ones past path_top, as they were
+            ir_ids, ir_scores, ir_ranker = [ir_ids[i] for i in order], [ir_scores[i] for i in order], "paths"
         rows = [_row(qid, d, "ir", score, rank, ir_ranker) for rank, (d, score) in enumerate(zip(ir_ids, ir_scores))]
         rows += [
             _row(qid, link.doc_id, "el", link.score, rank, el_ranker, link.surface) for rank, link in enumerate(linked)

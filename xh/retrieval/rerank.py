@@ -166,6 +166,72 @@ def examples_from_candidates(
     return examples
 
 
+def pair_text(first: str, second: str) -> str:
+    """The paragraph side of a path pair: two paragraphs (each a `passage_text`) joined by [SEP]."""
+    return f"{first} [SEP] {second}"
+
+
+def path_examples_from_hotpot(
+    records: Iterable[dict], negatives_per_question: int = 16, seed: int = 13, bm25_pool: int = 20
+) -> list[Example]:
+    """Path pairs (question, `pair_text(a, b)`, label) from HotpotQA records in the distractor format.
+
+    A single-paragraph re-ranker scores the second paragraph of a bridge question without the first,
+    which names the bridge entity; a path re-ranker reads both. Positives: the two supporting
+    paragraphs, in both orders. Negatives (`negatives_per_question`, seeded): half a supporting
+    paragraph with one of BM25's best `bm25_pool` others, half two of those others, each in a random
+    order. Questions without exactly two supporting paragraphs in their context, or without another
+    paragraph in BM25's pool, give no pairs.
+    """
+    records = list(records)
+    rng = random.Random(seed)
+    hard = _bm25_negatives(records, bm25_pool)
+    examples = []
+    for record, pool in zip(records, hard):
+        gold_titles = {normalize_title(str(fact[0])) for fact in record.get("supporting_facts") or []}
+        context = [(title, "".join(sentences)) for title, sentences in record.get("context") or [] if sentences]
+        gold = [(t, x) for t, x in context if normalize_title(t) in gold_titles]
+        others = [(t, x) for t, x in pool if normalize_title(t) not in gold_titles]
+        if len(gold) != 2 or not others:
+            continue
+        qid, question = str(record.get("_id")), record["question"]
+        half = negatives_per_question // 2
+        mixed = [(g, o) for g in gold for o in others]
+        wrong = [(a, b) for i, a in enumerate(others) for b in others[i + 1 :]]
+        chosen = rng.sample(mixed, min(half, len(mixed))) + rng.sample(
+            wrong, min(negatives_per_question - half, len(wrong))
+        )
+        a, b = (passage_text(*g) for g in gold)
+        examples += [Example(qid, question, pair_text(a, b), 1.0), Example(qid, question, pair_text(b, a), 1.0)]
+        for pair in chosen:
+            first, second = pair if rng.random() < 0.5 else pair[::-1]
+            examples.append(Example(qid, question, pair_text(passage_text(*first), passage_text(*second)), 0.0))
+    return examples
+
+
+def best_path_first(
+    encoder: CrossEncoder,
+    question: str,
+    passages: Sequence[str],
+    top: int = 10,
+    batch_size: int = 32,
+    single_scores: Sequence[float] | None = None,
+) -> list[int]:
+    """The order of `passages` (`passage_text`s, ranked best first) with the path re-ranker's best pair
+    among the first `top` moved to the front: indices, the pair (in ranked order) first, then the others
+    as they were. With `single_scores` (the passages' own re-ranker logits), a pair scores its path
+    logit plus both passages' logits: the two models' log-odds added."""
+    head = list(range(min(top, len(passages))))
+    pairs = [(i, j) for n, i in enumerate(head) for j in head[n + 1 :]]
+    if not pairs:
+        return list(range(len(passages)))
+    scores = encoder.score(question, [pair_text(passages[i], passages[j]) for i, j in pairs], batch_size)
+    if single_scores is not None:
+        scores = scores + np.array([single_scores[i] + single_scores[j] for i, j in pairs])
+    best = pairs[int(np.argmax(scores))]  # argmax takes the first of equal scores: the better-ranked pair
+    return [*best, *(i for i in range(len(passages)) if i not in best)]
+
+
 def _pairs(qid, question, positives, negatives, per_positive, rng, shuffle=True) -> list[Example]:
     if not positives:
         return []
@@ -179,15 +245,20 @@ def _pairs(qid, question, positives, negatives, per_positive, rng, shuffle=True)
 
 
 def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = None) -> list[Example]:
-    """The training pairs of `rerank.questions` (distractor format) or `rerank.retrieval` (retrieval outputs;
-    their documents from the docs table under `tables_uri`)."""
+    """The training pairs of `rerank.questions` (distractor format; path pairs with `rerank.paths`) or
+    `rerank.retrieval` (retrieval outputs; their documents from the docs table under `tables_uri`)."""
     if r.questions:
         records = load_json(r.questions, s3)
         if not isinstance(records, list):
             raise ConfigError(f"{r.questions} is not a HotpotQA question file (a JSON array of questions)")
         records = [rec for rec in records[: r.max_questions] if isinstance(rec, dict) and rec.get("question")]
-        examples = examples_from_hotpot(records, r.negatives_per_positive, r.seed, r.negatives, r.bm25_pool)
+        if r.paths:
+            examples = path_examples_from_hotpot(records, r.path_negatives, r.seed, r.bm25_pool)
+        else:
+            examples = examples_from_hotpot(records, r.negatives_per_positive, r.seed, r.negatives, r.bm25_pool)
         source = r.questions
+    elif r.paths:
+        raise ConfigError("rerank.paths=true learns from a HotpotQA file: set rerank.questions")
     elif r.retrieval:
         fs, out = resolve(r.retrieval, s3)
         questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
