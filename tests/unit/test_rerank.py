@@ -246,7 +246,8 @@ class _FirstWordReranker:
         return np.array([float(word in p.lower()) for p in passages])
 
 
-def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, tmp_path):
+def _retrieval_parts(tables):
+    """(docs table, [one BM25 shard over "Title. paragraph"], entity linker, link graph) of generated tables."""
     import pyarrow.parquet as pq
 
     from xh.retrieval.analyzer import Analyzer
@@ -254,13 +255,17 @@ def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, t
     from xh.retrieval.entity_linking import EntityLinker
     from xh.retrieval.expansion import LinkGraph
 
-    tables, questions = synth_tables
     docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
     tokens = Analyzer().analyze_batch(
-        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
+        [passage_text(t, x) for t, x in zip(*(docs[c].to_pylist() for c in ("title", "text")))]
     )
     shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
-    parts = ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
+    return docs, ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
+
+
+def test_candidates_say_which_ranker_ordered_them(synth_tables, tiny_backbone, tmp_path):
+    tables, questions = synth_tables
+    docs, parts = _retrieval_parts(tables)
     bridge = [q for q in questions if q["type"] == "bridge"][:3]
     qids, texts = [q["_id"] for q in bridge], [q["question"] for q in bridge]
 
@@ -300,23 +305,11 @@ class _KnownScores:
 
 
 def test_expansion_neighbours_are_ordered_by_the_reranker(synth_tables):
-    import pyarrow.parquet as pq
-
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
-
     tables, questions = synth_tables
-    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
-    passages = Passages(docs)
-    tokens = Analyzer().analyze_batch(
-        [passage_text(t, x) for t, x in zip(*(docs[c].to_pylist() for c in ("title", "text")))]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
-    graph = LinkGraph.load(str(tables))
+    docs, parts = _retrieval_parts(tables)
+    passages, graph = Passages(docs), parts[2]
     settings = RetrieveConfig(ir_candidates=20, expansion_keep=4, expansion_rerank_pool=500)
-    retriever = Retriever([shard], EntityLinker.load(str(tables)), graph, settings, _KnownScores(), passages)
+    retriever = Retriever(*parts, settings, _KnownScores(), passages)
     bridge = [q for q in questions if q["type"] == "bridge"][:3]
     rows = retriever.candidates([q["_id"] for q in bridge], [q["question"] for q in bridge])
     for q in bridge:
@@ -414,21 +407,9 @@ def test_path_training_needs_a_questions_file(tmp_path):
 
 
 def test_a_path_reranker_puts_its_best_pair_first_among_the_ir_candidates(synth_tables):
-    import pyarrow.parquet as pq
-
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
-
     tables, questions = synth_tables
-    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
+    docs, parts = _retrieval_parts(tables)
     passages = Passages(docs)
-    tokens = Analyzer().analyze_batch(
-        [passage_text(t, x) for t, x in zip(*(docs[c].to_pylist() for c in ("title", "text")))]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
-    parts = ([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)))
     q = [q for q in questions if q["type"] == "bridge"][0]
     settings = RetrieveConfig(ir_candidates=20, path_top=6)
     plain = [r for r in Retriever(*parts, settings).candidates([q["_id"]], [q["question"]]) if r["source"] == "ir"]

@@ -167,12 +167,12 @@ def examples_from_candidates(
 
 
 def pair_text(first: str, second: str) -> str:
-    """The paragraph side of a path pair: two paragraphs (each a `passage_text`) joined by [SEP]."""
+    """The paragraph side of a path pair: two paragraphs (each a `passage_text`) joined by BERT's [SEP] token."""
     return f"{first} [SEP] {second}"
 
 
 def path_examples_from_hotpot(
-    records: Iterable[dict], negatives_per_question: int = 16, seed: int = 13, bm25_pool: int = 20
+    records: Iterable[dict], negatives_per_question: int = 12, seed: int = 13, bm25_pool: int = 20
 ) -> list[Example]:
     """Path pairs (question, `pair_text(a, b)`, label) from HotpotQA records in the distractor format.
 
