@@ -23,7 +23,7 @@ from xh.retrieval.rerank import training_examples
 from xh.storage import is_s3, join, resolve, upload_folder
 from xh.tracking import absolute_tracking
 from xh.train.rerank import RUN_NAME, train_loop_per_worker, training_units
-from xh.train.worker import plan_steps
+from xh.train.worker import checkpoint_folder, plan_steps
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -96,7 +96,7 @@ def run(cfg: XHConfig) -> dict:
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"the re-ranker training reported no checkpoint ({result.error})")
-    with result.checkpoint.as_directory() as directory:
+    with checkpoint_folder(result.checkpoint) as directory:
         files = upload_folder(directory, paths["output"], s3)
     log("rerank", f"re-ranker ({len(files)} files) -> {paths['output']}")
     return {

@@ -25,7 +25,7 @@ from xh.tracking import absolute_tracking
 from xh.train.batching import BatchLayout, plan_token_batches
 from xh.train.loop import in_dev_split, train_loop_per_worker
 from xh.train.state import MODEL_DIR, read_progress
-from xh.train.worker import plan_steps
+from xh.train.worker import checkpoint_folder, plan_steps
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -175,13 +175,12 @@ def fit(cfg: XHConfig) -> dict:
     )
     result = trainer.fit()
     key = f"dev_{_metric(cfg)}"
-    # The latest first: for a remote checkpoint, as_directory() removes on exit the temporary folder that
-    # to_directory() of the same checkpoint (the best one is often the latest) would return.
-    with result.checkpoint.as_directory() as latest:
+    with checkpoint_folder(result.checkpoint) as latest:
         final = read_progress(latest)
     best, _ = max(result.best_checkpoints, key=lambda cm: cm[1].get(key, float("-inf")))
-    local = best.to_directory()
-    best_progress = read_progress(local)
+    # kept: registration reads the model from it
+    with checkpoint_folder(best, keep=True) as local:
+        best_progress = read_progress(local)
     return {
         "checkpoint": local,
         "model_dir": str(Path(local) / MODEL_DIR),

@@ -44,7 +44,7 @@ from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
 from xh.train.prefetch import Prefetcher
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
-from xh.train.worker import StepPlan, adamw_with_warmup, optimizer_step, report, start_worker
+from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, optimizer_step, report, start_worker
 
 FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
 
@@ -199,18 +199,21 @@ def train_loop_per_worker(config: dict) -> None:
     device = ray.train.torch.get_device()
 
     checkpoint = ray.train.get_checkpoint()
+    progress = Progress()
     if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
+        with checkpoint_folder(checkpoint) as folder:
             model = load_saved(str(Path(folder) / MODEL_DIR))
             tokenizer = load_tokenizer(str(Path(folder) / MODEL_DIR))
+            optimizer, scheduler = adamw_with_warmup(
+                parameter_groups(model, train), plan.total_steps, train.warmup_fraction
+            )
+            progress = load_training_state(folder, optimizer, scheduler)
     else:
         model = new_model(cfg.model)
         tokenizer = load_tokenizer(cfg.model.backbone)
-    optimizer, scheduler = adamw_with_warmup(parameter_groups(model, train), plan.total_steps, train.warmup_fraction)
-    progress = Progress()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            progress = load_training_state(folder, optimizer, scheduler)
+        optimizer, scheduler = adamw_with_warmup(
+            parameter_groups(model, train), plan.total_steps, train.warmup_fraction
+        )
     # Not every head gets a loss in every batch (answer type only for comparison questions).
     ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
 

@@ -17,9 +17,11 @@ checkpoint. Rank 0 also keeps the MLflow run (`xh.tracking.TrainingRun`).
 
 from __future__ import annotations
 
+import contextlib
 import random
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,3 +104,27 @@ def report(metrics: dict, save: Callable[[str], object] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         save(folder)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+@contextlib.contextmanager
+def checkpoint_folder(checkpoint, keep: bool = False) -> Iterator[str]:
+    """A Ray Train checkpoint as a local folder this process alone reads; removed on exit unless `keep`.
+
+    Not `Checkpoint.as_directory()`: for a remote checkpoint, every process on a node downloads into one
+    shared temporary folder, and a process arriving after the first download has released its lock
+    downloads again over the files another is reading (a rank read a half-written tokenizer.json so).
+    A local checkpoint is read where it lies and never removed.
+    """
+    import pyarrow.fs
+
+    if isinstance(checkpoint.filesystem, pyarrow.fs.LocalFileSystem):
+        yield checkpoint.path
+        return
+    folder = tempfile.mkdtemp(prefix="xh-checkpoint-")
+    try:
+        yield checkpoint.to_directory(folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    if not keep:
+        shutil.rmtree(folder, ignore_errors=True)
