@@ -55,16 +55,20 @@ def corpus_of(records: list[dict]) -> dict[str, tuple[str, str]]:
     return {str(i): (t, x) for i, (t, x) in enumerate(by_title.items())}
 
 
-def bm25_candidates(docs: dict[str, tuple[str, str]], questions: list[dict], top: int) -> list[dict]:
+def bm25_shard(docs: dict[str, tuple[str, str]]):
+    """The corpus as one BM25 shard, indexed as retrieval indexes it ("Title. paragraph")."""
     from xh.retrieval.analyzer import Analyzer
     from xh.retrieval.bm25 import BM25Shard, CorpusStats
     from xh.retrieval.rerank import passage_text
 
     analyzer = Analyzer()
-    ids = list(docs)
-    tokens = analyzer.analyze_batch([passage_text(*docs[d]) for d in ids])
-    shard = BM25Shard.build(ids, tokens, CorpusStats.from_token_lists(tokens))
-    hits = shard.search(analyzer.analyze_batch([q["question"] for q in questions]), k=top)
+    tokens = analyzer.analyze_batch([passage_text(*docs[d]) for d in docs])
+    return BM25Shard.build(list(docs), tokens, CorpusStats.from_token_lists(tokens), analyzer=analyzer)
+
+
+def bm25_candidates(docs: dict[str, tuple[str, str]], questions: list[dict], top: int, shard=None) -> list[dict]:
+    shard = shard or bm25_shard(docs)
+    hits = shard.search(shard.analyzer.analyze_batch([q["question"] for q in questions]), k=top)
     return [
         {"qid": q["qid"], "doc_id": d, "source": "ir", "score": float(s), "rank": rank}
         for q, hit in zip(questions, hits)
@@ -98,6 +102,61 @@ def path_first(encoder, docs, questions: list[dict], ranked: list[dict], top: in
         order = best_path_first(encoder, q["question"], passages, top, single_scores=single)
         rows += [mine[i] | {"rank": rank} for rank, i in enumerate(order)]
     return rows
+
+
+def corpus_retriever(docs: dict[str, tuple[str, str]], shard, ir_candidates: int):
+    """The corpus as a query actor holds it (`xh.retrieval.candidates.Retriever`): the BM25 shard, an
+    entity linker over the titles, and a link graph. The sample's paragraphs carry no hyperlinks, so a
+    paragraph links to each paragraph whose title the same linker finds in its text (as the distractor
+    graphs' `mention_links` do within one question's context)."""
+    import pyarrow as pa
+
+    from xh import schemas
+    from xh.config import RetrieveConfig
+    from xh.retrieval.candidates import Retriever
+    from xh.retrieval.entity_linking import EntityLinker
+    from xh.retrieval.expansion import LinkGraph
+
+    ids = list(docs)
+    titles = pa.table({"doc_id": ids, "title": [docs[d][0] for d in ids]})
+    linker = EntityLinker.from_tables(pa.Table.from_pylist([], schema=schemas.ANCHORS), titles)
+    rows = [
+        {"src_doc_id": d, "target_title": docs[m.doc_id][0], "target_doc_id": m.doc_id}
+        | {"anchor": m.surface, "sentence": 0, "missing": False}
+        for d, mentions in zip(ids, linker.link_batch([docs[d][1] for d in ids]))
+        for m in mentions
+        if m.doc_id != d
+    ]
+    graph = LinkGraph.from_table(pa.Table.from_pylist(rows, schema=schemas.LINKS))
+    return Retriever([shard], linker, graph, RetrieveConfig(ir_candidates=ir_candidates)), len(rows)
+
+
+def path_scorer_runs(records, docs, shard, questions, args, ks) -> tuple[dict, list[dict]]:
+    """`--path-scorer`: one scorer per seed trained on `--train-records`, evaluated as retrieval runs it."""
+    from xh.retrieval.evaluate import retrieval_report
+    from xh.retrieval.paths import PathScorer
+
+    start = time.perf_counter()
+    retriever, num_links = corpus_retriever(docs, shard, max(args.top, 100))
+    by_title = {title: d for d, (title, _) in docs.items()}
+    train = records[args.train_records]
+    groups = retriever.question_paths([r["question"] for r in train])
+    gold = [{by_title.get(t, f"missing:{t}") for t, _ in r["supporting_facts"]} for r in train]
+    info = {
+        "links": num_links,
+        "pairs_per_question": sum(len(g.pairs) for g in groups) / len(groups),
+        "train_pair_among_candidates": sum(any(set(p) == g for p in c.pairs) for c, g in zip(groups, gold)) / len(gold),
+        "feature_seconds": round(time.perf_counter() - start, 1),
+    }
+    runs = []
+    for seed in args.seeds or [13]:
+        start = time.perf_counter()
+        retriever.path_scorer = PathScorer.fit(groups, gold, seed=seed)
+        rows = retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions])
+        report = retrieval_report(questions, rows, docs, ks=ks)["all"]
+        runs.append({"seed": seed, "seconds": round(time.perf_counter() - start, 1), **report})
+        print(json.dumps({"path_scorer_seed": seed, **{k: runs[-1][k] for k in ("supp_recall@2", "ans_recall@2")}}))
+    return info, runs
 
 
 def autocast(device: str):
@@ -176,6 +235,9 @@ def main() -> None:
     what.add_argument("--reranker", help="a saved re-ranker folder")
     what.add_argument("--train", action="store_true", help="fine-tune one first (the `rerank` settings)")
     parser.add_argument("--paths", action="store_true", help="--train: a path re-ranker too")
+    parser.add_argument(
+        "--path-scorer", action="store_true", help="a path scorer (xh.retrieval.paths) per seed, as retrieval runs it"
+    )
     parser.add_argument("--path-top", type=int, default=10, help="pairs among the re-ranker's first N (--paths)")
     parser.add_argument("--seeds", type=int, nargs="+", help="--train: one training per seed (rerank.seed)")
     parser.add_argument("--set", action="append", default=[], help="rerank.KEY=VALUE overrides for --train")
@@ -199,7 +261,8 @@ def main() -> None:
         }
         for r in evaluated
     ]
-    candidates = bm25_candidates(docs, questions, args.top)
+    shard = bm25_shard(docs)
+    candidates = bm25_candidates(docs, questions, args.top, shard)
     ks = tuple(sorted({*KS, args.top}))
     result: dict = {"corpus": len(docs), "questions": len(questions), "top": args.top, "machine": platform.node()}
     result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
@@ -240,8 +303,11 @@ def main() -> None:
     elif args.reranker:
         report.update(evaluate(CrossEncoder.load(args.reranker).to(args.device)))
         report.pop("seconds")
+    if args.path_scorer:
+        result["path_scorer"], result["path_scorer_runs"] = path_scorer_runs(records, docs, shard, questions, args, ks)
+        report["path scorer"] = spread(result["path_scorer_runs"])
     result["report"] = report
-    names = [n for n in ("reranker", "reranker+paths", "reranker+paths+fused") if n in report]
+    names = [n for n in ("reranker", "reranker+paths", "reranker+paths+fused", "path scorer") if n in report]
     print(f"{'measure':<18}{'BM25':>8}" + "".join(f"{n:>22}" for n in names))
     for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks]:
         row = f"{measure:<18}{report['bm25'].get(measure):>8.3f}"

@@ -144,6 +144,13 @@ def retrieve_all(questions: Questions = None, config: Config = None, overrides: 
     run_stage("retrieve", config, overrides, ["retrieve.step=all", *flags("retrieve", questions=questions)])
 
 
+@retrieve_app.command("paths")
+def retrieve_paths(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
+    """Train the path scorer on the questions' supporting facts (needs the index); use it with
+    --set retrieve.path_scorer=PATH."""
+    run_stage("retrieve", config, overrides, ["retrieve.step=paths", *flags("retrieve", questions=questions)])
+
+
 @app.command()
 def rerank(
     questions: Annotated[str | None, typer.Option("--questions", help="HotpotQA file, distractor format")] = None,

@@ -112,7 +112,10 @@ def run(cfg: XHConfig) -> dict:
         if cfg.retrieve.reranker == AUTO:  # off by default: the demo's small re-ranker still loses to BM25
             stage("rerank", lambda: train_reranker(cfg))
         reranker = stages.get("rerank", {}).get("output")
-        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg, reranker)))
+        if cfg.retrieve.path_scorer == AUTO:  # configs/demo.yaml: on
+            stage("paths", lambda: train_path_scorer(_retrieve_config(cfg, reranker)))
+        scorer = stages.get("paths", {}).get("output")
+        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg, reranker, scorer)))
         stage("graphs", lambda: graphs.run(cfg))
         stage("train", lambda: train.run(cfg))
         stage("question_types", lambda: train_question_classifier(cfg))
@@ -248,27 +251,41 @@ def summary_table(summary: dict) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def train_reranker(cfg: XHConfig) -> dict:
-    """The re-ranker, trained on the world's questions outside training's dev split (the held-out ones stay unseen)
-    unless a question file was given."""
+def _training_questions(cfg: XHConfig) -> str:
+    """The world's questions outside training's dev split (the held-out ones stay unseen), as a file."""
     from xh.train.loop import in_dev_split
 
-    if cfg.rerank.questions:
-        return rerank.run(cfg)
     s3 = s3_settings(cfg)
     with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3) as f:
         questions = [q for q in json.loads(f.read()) if not in_dev_split(q["_id"], cfg.train.dev_fraction)]
     path = join(cfg.storage.root, "rerank", "train_questions.json")
     with open_output(path, s3) as out:
         out.write(json.dumps(questions).encode())
+    return path
+
+
+def train_reranker(cfg: XHConfig) -> dict:
+    """The re-ranker, trained on the world's training questions unless a question file was given."""
+    if cfg.rerank.questions:
+        return rerank.run(cfg)
+    path = _training_questions(cfg)
     return rerank.run(cfg.model_copy(update={"rerank": cfg.rerank.model_copy(update={"questions": path})}))
 
 
-def _retrieve_config(cfg: XHConfig, reranker: str | None = None) -> XHConfig:
+def train_path_scorer(cfg: XHConfig) -> dict:
+    """The path scorer (and the BM25 index first), trained on the world's training questions."""
+    update = {"step": "paths", "questions": _training_questions(cfg), "path_scorer": None}
+    return retrieve.run(cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)}))
+
+
+def _retrieve_config(cfg: XHConfig, reranker: str | None = None, path_scorer: str | None = None) -> XHConfig:
     """The demo retrieves for the world's own questions unless a question file was given, re-ranked by the
-    demo's re-ranker unless another was given."""
-    given = cfg.retrieve.reranker
-    update = {"reranker": given if given not in (None, AUTO) else reranker}
+    demo's re-ranker and path scorer unless others were given."""
+    given, given_scorer = cfg.retrieve.reranker, cfg.retrieve.path_scorer
+    update = {
+        "reranker": given if given not in (None, AUTO) else reranker,
+        "path_scorer": given_scorer if given_scorer not in (None, AUTO) else path_scorer,
+    }
     if not cfg.retrieve.questions:
         update["questions"] = join(synth.world_uri(cfg), "hotpot", "questions.json")
     return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})

@@ -4,6 +4,8 @@
     xh retrieve run    --questions hotpot.json                 # questions -> candidates (ir, el, exp)
     xh retrieve run    --questions q.json --set retrieve.reranker=runs/demo/models/reranker   # re-ranked
     xh retrieve eval                                           # Supp / Ans recall of those candidates
+    xh retrieve paths  --questions hotpot_train.json           # a path scorer from their supporting facts
+    xh retrieve run    --questions q.json --set retrieve.path_scorer=runs/demo/models/path-scorer
     python -m workflows.retrieve --config my.yaml              # all three
 
 Index: the `docs` table's files are cut into `retrieve.shards` contiguous doc ranges; Ray Data
@@ -27,7 +29,7 @@ import pyarrow.parquet as pq
 
 from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
-from xh.config import RetrieveConfig, XHConfig
+from xh.config import ConfigError, RetrieveConfig, XHConfig
 from xh.questions import read_hotpot_questions
 from xh.retrieval.bm25 import CorpusStats
 from xh.retrieval.candidates import Retriever
@@ -108,6 +110,15 @@ def check_inputs(cfg: XHConfig) -> None:
     s3, paths = s3_settings(cfg), _paths(cfg)
     if not index_exists(paths["index"], s3):
         raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
+    if cfg.retrieve.path_scorer:
+        from xh.retrieval.paths import SCORER_FILE
+
+        fs, scorer = resolve(join(cfg.retrieve.path_scorer, SCORER_FILE), s3)
+        if fs.get_file_info(scorer).type.name == "NotFound":
+            raise FileNotFoundError(
+                f"no path scorer at {cfg.retrieve.path_scorer} (missing {SCORER_FILE}): "
+                "train one with `xh retrieve paths`"
+            )
     if cfg.retrieve.reranker:
         from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
 
@@ -195,7 +206,8 @@ def retrieve(cfg: XHConfig, output: str) -> dict:
     counts = table.group_by("source").aggregate([("qid", "count")]).to_pylist()
     return {
         "candidates": {row["source"]: row["qid_count"] for row in counts},
-        "ranker": f"reranker {r.reranker}" if r.reranker else "bm25 / commonness (no trained re-ranker)",
+        "ranker": (f"reranker {r.reranker}" if r.reranker else "bm25 / commonness (no trained re-ranker)")
+        + (f", path scorer {r.path_scorer}" if r.path_scorer else ""),
         "seconds": round(time.perf_counter() - start, 3),
     }
 
@@ -219,12 +231,68 @@ def evaluate(cfg: XHConfig) -> dict:
     return report
 
 
+def _fit_path_scorer(index_uri: str, tables_uri: str, settings: RetrieveConfig, s3, questions: list[dict]) -> dict:
+    """In one Ray task (it holds a query actor's retriever): each question's path candidates, its gold
+    pair (the supporting-fact titles' docs), and the scorer fitted on them."""
+    from xh.retrieval.paths import PathScorer
+
+    retriever = Retriever.load(index_uri, tables_uri, settings.model_copy(update={"path_scorer": None}), s3)
+    titles = sorted({f["title"] for q in questions for f in q["supporting_facts"]})
+    fs, root = resolve(tables_uri, s3)
+    docs = pads.dataset(f"{root}/docs", filesystem=fs, format="parquet").to_table(
+        columns=["doc_id", "title"], filter=pads.field("title").isin(pa.array(titles, pa.string()))
+    )
+    by_title = dict(zip(docs["title"].to_pylist(), docs["doc_id"].to_pylist()))
+    gold = [{by_title.get(f["title"], f"missing:{f['title']}") for f in q["supporting_facts"]} for q in questions]
+    groups = retriever.question_paths([q["question"] for q in questions])
+    scorer = PathScorer.fit(groups, gold, seed=settings.path_seed)
+    found = [g for g, pair in zip(groups, gold) if any(set(p) == pair for p in g.pairs)]
+    chosen = [set(scorer.best_pair(g) or ()) == pair for g, pair in zip(groups, gold)]
+    scorer.metrics |= {
+        "pair_among_candidates": len(found) / max(1, len(groups)),
+        "train_supp_recall@2": sum(chosen) / max(1, len(groups)),
+    }
+    return {"scorer": scorer}
+
+
+def fit_paths(cfg: XHConfig) -> dict:
+    """`xh retrieve paths`: a path scorer (`xh.retrieval.paths`) trained on `retrieve.questions`' supporting
+    facts, in one Ray task beside the cluster's data, written to `retrieve.path_scorer_output`. The BM25
+    index is built first when there is none."""
+    import ray
+
+    s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
+    if not r.questions:
+        raise FileNotFoundError("no questions given: set retrieve.questions (or pass --questions)")
+    index = "existing" if index_exists(paths["index"], s3) else build_index(cfg)
+    check_inputs(cfg.model_copy(update={"retrieve": r.model_copy(update={"path_scorer": None})}))
+    rows, quarantined = read_hotpot_questions(r.questions, s3)
+    rows = [q for q in rows if len({f["title"] for f in q.get("supporting_facts") or []}) == 2]
+    if not rows:
+        raise ConfigError(f"{r.questions} has no question with two supporting-fact titles to learn pairs from")
+    init_ray(cfg)
+    start = time.perf_counter()
+    output = r.path_scorer_output or join(cfg.storage.root, "models", "path-scorer")
+    log("retrieve", f"path scorer: features of {len(rows):,} questions, training -> {output}")
+    task = ray.remote(num_cpus=r.cpus_per_worker)(_fit_path_scorer)
+    scorer = ray.get(task.remote(paths["index"], paths["tables"], r, s3, rows))["scorer"]
+    scorer.save(output, s3)
+    return {
+        "index": index,
+        "output": output,
+        "questions": len(rows),
+        "quarantined": len(quarantined),
+        **scorer.metrics,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
 def run(cfg: XHConfig) -> dict:
     """`retrieve.step`: the index, the candidates, their evaluation, or all three (the index only when
     there is none)."""
     step = cfg.retrieve.step
     if step != "all":
-        return {"index": build_index, "run": run_candidates, "eval": evaluate}[step](cfg)
+        return {"index": build_index, "run": run_candidates, "eval": evaluate, "paths": fit_paths}[step](cfg)
     s3, paths = s3_settings(cfg), _paths(cfg)
     summary = {"index": "existing" if index_exists(paths["index"], s3) else build_index(cfg)}
     done = run_candidates(cfg)

@@ -75,8 +75,10 @@ class WikiConfig(Section):
 
 
 class RetrieveConfig(Section):
-    step: Literal["all", "index", "run", "eval"] = Field(
-        "all", description="index: the BM25 index; run: candidates (needs the index); eval: recall; all: the three"
+    step: Literal["all", "index", "run", "eval", "paths"] = Field(
+        "all",
+        description="index: the BM25 index; run: candidates (needs the index); eval: recall; all: the three; "
+        "paths: train a path scorer on the questions' supporting facts",
     )
     questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
     tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
@@ -110,7 +112,18 @@ class RetrieveConfig(Section):
         None,
         description="trained path re-ranker (rerank.paths=true): the best pair of the first path_top ir docs goes first",
     )
-    path_top: int = Field(10, ge=2, description="with a path re-ranker: ir docs whose pairs it scores")
+    path_top: int = Field(10, ge=2, description="with a path re-ranker or scorer: ir docs whose pairs it scores")
+    path_scorer: str | None = Field(
+        None,
+        description="trained path scorer (xh retrieve paths): the best pair of ir and linked docs goes first",
+    )
+    path_neighbours: int = Field(
+        10, ge=0, description="with a path scorer: linked docs (BM25's best) paired with each of the first path_top"
+    )
+    path_scorer_output: str | None = Field(
+        None, description="where `xh retrieve paths` writes the scorer; default <storage.root>/models/path-scorer"
+    )
+    path_seed: int = Field(13, description="the path scorer's training seed")
 
 
 class RerankConfig(Section):

@@ -75,6 +75,33 @@ def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, wo
     assert three_shards.candidates(ids, texts) == one_shard.candidates(ids, texts)
 
 
+def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster, world, tmp_path):
+    """`xh retrieve paths` on the first 80 questions; retrieval with it on the other 40 has both supporting
+    docs in its first two ir rows more often than BM25 alone."""
+    questions = json.loads((world / "questions.json").read_text())
+    (tmp_path / "train.json").write_text(json.dumps(questions[:80]))
+    (tmp_path / "held_out.json").write_text(json.dumps(questions[80:120]))
+    base = [
+        f"storage.root={tmp_path}",
+        f"retrieve.tables={world / 'tables'}",
+        f"retrieve.index={world / 'index-paths'}",
+    ]
+    trained = retrieve.run(
+        load_config(None, [*base, "retrieve.step=paths", f"retrieve.questions={tmp_path / 'train.json'}"])
+    )
+    assert trained["index"]["docs"] == 1500  # built, as there was none
+    assert trained["questions"] == 80 and trained["usable"] <= 80 and trained["pair_among_candidates"] >= 0.9
+    assert trained["output"] == str(tmp_path / "models" / "path-scorer")
+
+    held_out = [*base, f"retrieve.questions={tmp_path / 'held_out.json'}"]
+    bm25 = retrieve.run(load_config(None, held_out))["eval"]["all"]
+    scored = retrieve.run(load_config(None, [*held_out, f"retrieve.path_scorer={trained['output']}"]))
+    assert "path scorer" in scored["retrieve"]["ranker"]
+    assert scored["eval"]["all"]["supp_recall@2"] >= bm25["supp_recall@2"] + 0.2
+    rankers = pads.dataset(str(tmp_path / "retrieval" / "candidates")).to_table(columns=["source", "ranker"])
+    assert {r["ranker"] for r in rankers.to_pylist() if r["source"] == "ir"} == {"paths"}
+
+
 def test_a_missing_shard_file_is_a_clear_error(world, tmp_path):
     import shutil
 
@@ -111,4 +138,14 @@ def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_p
     )
     with pytest.raises(FileNotFoundError, match="no re-ranker at .*no-reranker"):
         retrieve.run_candidates(no_reranker)
+    no_scorer = load_config(
+        None,
+        [
+            f"storage.root={tmp_path}",
+            f"retrieve.questions={tmp_path / 'second.json'}",
+            f"retrieve.path_scorer={tmp_path / 'no-scorer'}",
+        ],
+    )
+    with pytest.raises(FileNotFoundError, match="no path scorer at .*no-scorer.*xh retrieve paths"):
+        retrieve.run_candidates(no_scorer)
     assert {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")} == before

@@ -25,6 +25,12 @@ front (`xh.retrieval.rerank.best_path_first`), so that the `ir_keep` = 2 documen
 the pair that reads best together (a bridge question's second paragraph often shares no word with
 the question); those ir rows say `paths`.
 
+With a path scorer (`RetrieveConfig.path_scorer`, `xh.retrieval.paths`, trained by `xh retrieve
+paths`), the pair is chosen from the first `path_top` ir documents and the documents linked to or
+from them, on BM25, link and entity-link features: the pair goes first among the ir rows (its second
+document may come from the links, so the ir rows are then one more than `ir_candidates`), both with
+the pair's score, and says `paths`. It needs no text, and is the better of the two (README).
+
 The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
 paper); the index is read by `xh.retrieval.index.load_index`.
 """
@@ -38,12 +44,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.config import RetrieveConfig
+from xh.config import ConfigError, RetrieveConfig
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index
+from xh.retrieval.paths import PathCandidates
 from xh.storage import S3Settings, resolve
+
+# Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
+PATH_LINK_POOL = 200
 
 
 class Passages:
@@ -114,11 +124,15 @@ class Retriever:
         reranker=None,
         passages: Passages | None = None,
         path_reranker=None,
+        path_scorer=None,
     ):
+        if path_reranker is not None and path_scorer is not None:
+            raise ConfigError("retrieve.path_reranker and retrieve.path_scorer are alternatives: set one")
         if (reranker is None and path_reranker is None) != (passages is None):
             raise ValueError("a re-ranker needs the docs' passages, and passages need a re-ranker")
         self.shards, self.linker, self.graph, self.settings = shards, linker, graph, settings
         self.reranker, self.passages, self.path_reranker = reranker, passages, path_reranker
+        self.path_scorer = path_scorer
         self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
@@ -126,6 +140,7 @@ class Retriever:
 
     @classmethod
     def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
+        from xh.retrieval.paths import PathScorer
         from xh.retrieval.rerank import CrossEncoder
 
         reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
@@ -139,6 +154,7 @@ class Retriever:
             reranker,
             passages,
             path_reranker,
+            PathScorer.load(settings.path_scorer, s3) if settings.path_scorer else None,
         )
 
     @property
@@ -148,23 +164,55 @@ class Retriever:
 
     def score_docs(self, terms: list[str], doc_ids: list[str]) -> np.ndarray:
         """BM25 scores of the given documents for one analyzed query (0 for documents not indexed)."""
-        scores = np.zeros(len(doc_ids), dtype=np.float64)
+        # repeated query terms count again, as in rank-bm25's sum over query tokens
+        return self.term_weights(terms, doc_ids).sum(axis=0)
+
+    def term_weights(self, terms: list[str], doc_ids: list[str]) -> np.ndarray:
+        """(terms, docs): each query term's BM25 weight in each document, 0 where absent or not indexed."""
+        weights = np.zeros((len(terms), len(doc_ids)), dtype=np.float64)
         where, cols = self._where.find(doc_ids)
         for s, shard in enumerate(self.shards):
             at = np.flatnonzero(where == s)
-            rows = [shard.term_rows[t] for t in terms if t in shard.term_rows]
-            if not len(at) or not rows:
+            known = [(i, shard.term_rows[t]) for i, t in enumerate(terms) if t in shard.term_rows]
+            if not len(at) or not known:
                 continue
-            # repeated query terms count again, as in rank-bm25's sum over query tokens
-            sub = shard.weights[rows][:, cols[at]]
-            scores[at] = np.asarray(sub.sum(axis=0)).ravel()
-        return scores
+            sub = shard.weights[[row for _, row in known]][:, cols[at]]
+            weights[np.ix_([i for i, _ in known], at)] = sub.toarray() if hasattr(sub, "toarray") else sub
+        return weights
+
+    def path_candidates(self, terms: list[str], ir_ids: list[str], linked: list) -> PathCandidates:
+        """The pairs the path scorer chooses among for one question (`xh.retrieval.paths.path_candidates`)."""
+        from xh.retrieval.paths import path_candidates
+
+        def links(doc_id: str) -> dict[str, str]:
+            # a hub's neighbours are cut in the expansion's fallback order (out-links first)
+            found = self.graph.expand([doc_id], top_k=PATH_LINK_POOL, max_candidates=PATH_LINK_POOL)
+            return {doc.doc_id: doc.direction for doc in found.docs}
+
+        return path_candidates(
+            ir_ids,
+            lambda ids: self.term_weights(terms, ids),
+            links,
+            {link.doc_id for link in linked},
+            top=self.settings.path_top,
+            neighbours=self.settings.path_neighbours,
+        )
 
     def rerank_scores(self, question: str, doc_ids: list[str]) -> np.ndarray:
         """The re-ranker's logits of the docs for the question."""
         if not doc_ids:
             return np.zeros(0, dtype=np.float64)
         return self.reranker.score(question, self.passages(doc_ids), batch_size=self.settings.rerank_batch_size)
+
+    def question_paths(self, questions: list[str]) -> list[PathCandidates]:
+        """Each question's path candidates as `candidates` scores them: training data for a path scorer."""
+        analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
+        ir_results = search_shards(self.shards, analyzed, k=self.settings.ir_candidates)
+        links = self.linker.link_batch(questions)
+        return [
+            self.path_candidates(terms, list(ir.doc_ids), linked)
+            for terms, ir, linked in zip(analyzed, ir_results, links)
+        ]
 
     def candidates(self, qids: list[str], questions: list[str]) -> list[dict]:
         """Candidate rows (ir, el, exp) for a batch of questions."""
@@ -178,6 +226,7 @@ class Retriever:
 
     def _question_rows(self, qid, question, terms, ir_ids, ir_scores, linked) -> list[dict]:
         settings, rerank = self.settings, self.reranker is not None
+        bm25_ids = ir_ids  # the path scorer reads BM25's order, as it was trained on
         if rerank:
             # one pass of the cross-encoder over both sources' documents
             scores = self.rerank_scores(question, [*ir_ids, *(link.doc_id for link in linked)])
@@ -200,6 +249,16 @@ class Retriever:
             )
             order += range(len(order), len(ir_ids))  # the ones past path_top, as they were
             ir_ids, ir_scores, ir_ranker = [ir_ids[i] for i in order], [ir_scores[i] for i in order], "paths"
+        elif self.path_scorer is not None:
+            candidates = self.path_candidates(terms, bm25_ids, linked)
+            if candidates.pairs:
+                scores = self.path_scorer.score(candidates.features)
+                best = int(np.argmax(scores))
+                pair = candidates.pairs[best]
+                rest = [(d, s) for d, s in zip(ir_ids, ir_scores) if d not in pair]
+                ir_ids = [*pair, *(d for d, _ in rest)]
+                ir_scores = [float(scores[best])] * 2 + [s for _, s in rest]
+                ir_ranker = "paths"
         rows = [_row(qid, d, "ir", score, rank, ir_ranker) for rank, (d, score) in enumerate(zip(ir_ids, ir_scores))]
         rows += [
             _row(qid, link.doc_id, "el", link.score, rank, el_ranker, link.surface) for rank, link in enumerate(linked)
