@@ -16,13 +16,17 @@ section's settings (`--set rerank.max_length=128` ...), in this process: the ste
     ans_recall@k    the answer string in one of the first k (span answers only)
     ratio           re-ranker / BM25 for each
 
-Re-ranking cannot find what BM25's top `--top` misses: `supp_recall@{top}` of BM25 is the ceiling.
+Re-ranking cannot find what BM25's top `--top` misses: `supp_recall@{top}` of BM25 is the ceiling
+(the path scorer's second documents may also come from the links, past that ceiling).
 
 `--paths` also trains a path re-ranker (`xh.retrieval.rerank.path_examples_from_hotpot`: the question
 against two paragraphs at once, `--set rerank.max_length=...` shared) and reports `reranker+paths`:
 the re-ranker's order with the best-scoring pair of its first `--path-top` moved to the front
 (`best_path_first`), and `reranker+paths+fused`: the same with each pair's path logit plus both
-paragraphs' re-ranker logits. `--seeds 13 14 15` repeats the training per seed and adds the mean and sample std
+paragraphs' re-ranker logits. `--path-scorer` trains the path scorer (`xh.retrieval.paths`) on the same
+records and retrieves with it as a query actor does (`Retriever`: the BM25 shard, an entity linker
+over the titles, links where a paragraph names another's title); `--path-neighbours 0` and
+`--drop-features a_links_b b_links_a` are its ablations. `--seeds 13 14 15` repeats the training per seed and adds the mean and sample std
 of each measure over the seeds. `--device cuda` trains and scores on a GPU (bf16 autocast).
 """
 
@@ -133,14 +137,27 @@ def corpus_retriever(docs: dict[str, tuple[str, str]], shard, ir_candidates: int
 
 def path_scorer_runs(records, docs, shard, questions, args, ks) -> tuple[dict, list[dict]]:
     """`--path-scorer`: one scorer per seed trained on `--train-records`, evaluated as retrieval runs it."""
+    import numpy as np
+
     from xh.retrieval.evaluate import retrieval_report
-    from xh.retrieval.paths import PathScorer
+    from xh.retrieval.paths import FEATURES, PathCandidates, PathScorer
 
     start = time.perf_counter()
     retriever, num_links = corpus_retriever(docs, shard, max(args.top, 100))
+    retriever.settings = retriever.settings.model_copy(update={"path_neighbours": args.path_neighbours})
+    dropped = [FEATURES.index(f) for f in args.drop_features]
+
+    def without(features: np.ndarray) -> np.ndarray:
+        """An ablation: the dropped features read 0, in training and at retrieval."""
+        kept = features.copy()
+        kept[:, dropped] = 0.0
+        return kept
+
     by_title = {title: d for d, (title, _) in docs.items()}
     train = records[args.train_records]
-    groups = retriever.question_paths([r["question"] for r in train])
+    groups = [
+        PathCandidates(g.pairs, without(g.features)) for g in retriever.question_paths([r["question"] for r in train])
+    ]
     gold = [{by_title.get(t, f"missing:{t}") for t, _ in r["supporting_facts"]} for r in train]
     info = {
         "links": num_links,
@@ -151,10 +168,13 @@ def path_scorer_runs(records, docs, shard, questions, args, ks) -> tuple[dict, l
     runs = []
     for seed in args.seeds or [13]:
         start = time.perf_counter()
-        retriever.path_scorer = PathScorer.fit(groups, gold, seed=seed)
+        scorer = PathScorer.fit(groups, gold, seed=seed)
+        scorer.score = lambda features, fitted=scorer.score: fitted(without(features))
+        retriever.path_scorer = scorer
         rows = retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions])
-        report = retrieval_report(questions, rows, docs, ks=ks)["all"]
-        runs.append({"seed": seed, "seconds": round(time.perf_counter() - start, 1), **report})
+        report = retrieval_report(questions, rows, docs, ks=ks)
+        by_type = {f"{t}.supp_recall@2": report[t]["supp_recall@2"] for t in ("bridge", "comparison") if t in report}
+        runs.append({"seed": seed, "seconds": round(time.perf_counter() - start, 1), **report["all"], **by_type})
         print(json.dumps({"path_scorer_seed": seed, **{k: runs[-1][k] for k in ("supp_recall@2", "ans_recall@2")}}))
     return info, runs
 
@@ -238,6 +258,10 @@ def main() -> None:
     parser.add_argument(
         "--path-scorer", action="store_true", help="a path scorer (xh.retrieval.paths) per seed, as retrieval runs it"
     )
+    parser.add_argument("--path-neighbours", type=int, default=10, help="--path-scorer: retrieve.path_neighbours")
+    parser.add_argument(
+        "--drop-features", nargs="+", default=[], help="--path-scorer ablation: these FEATURES read 0 (a_links_b ...)"
+    )
     parser.add_argument("--path-top", type=int, default=10, help="pairs among the re-ranker's first N (--paths)")
     parser.add_argument("--seeds", type=int, nargs="+", help="--train: one training per seed (rerank.seed)")
     parser.add_argument("--set", action="append", default=[], help="rerank.KEY=VALUE overrides for --train")
@@ -266,7 +290,9 @@ def main() -> None:
     ks = tuple(sorted({*KS, args.top}))
     result: dict = {"corpus": len(docs), "questions": len(questions), "top": args.top, "machine": platform.node()}
     result["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    report = {"bm25": retrieval_report(questions, candidates, docs, ks=ks)["all"]}
+    bm25 = retrieval_report(questions, candidates, docs, ks=ks)
+    by_type = {f"{t}.supp_recall@2": bm25[t]["supp_recall@2"] for t in ("bridge", "comparison") if t in bm25}
+    report = {"bm25": bm25["all"] | by_type}
 
     def evaluate(encoder, paths=None) -> dict:
         start = time.perf_counter()
@@ -309,11 +335,11 @@ def main() -> None:
     result["report"] = report
     names = [n for n in ("reranker", "reranker+paths", "reranker+paths+fused", "path scorer") if n in report]
     print(f"{'measure':<18}{'BM25':>8}" + "".join(f"{n:>22}" for n in names))
-    for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks]:
+    for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks] + list(by_type):
         row = f"{measure:<18}{report['bm25'].get(measure):>8.3f}"
         for n in names:
             value, std = report[n].get(measure), report[n].get(f"{measure}_std", 0.0)
-            row += f"{value:>16.3f} ±{std:.3f}"
+            row += f"{value:>16.3f} ±{std:.3f}" if value is not None else f"{'-':>22}"
         print(row)
     print(json.dumps({k: v for k, v in result.items() if k not in ("report", "runs")}, indent=1))
     if args.json:

@@ -113,9 +113,10 @@ def run(cfg: XHConfig) -> dict:
             stage("rerank", lambda: train_reranker(cfg))
         reranker = stages.get("rerank", {}).get("output")
         if cfg.retrieve.path_scorer == AUTO:  # configs/demo.yaml: on
-            stage("paths", lambda: train_path_scorer(_retrieve_config(cfg, reranker)))
-        scorer = stages.get("paths", {}).get("output")
-        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg, reranker, scorer)))
+            stage("paths", lambda: train_path_scorer(_with_rankers(cfg, reranker, None)))
+        # every later stage (batch scoring too) retrieves with the rankers just trained
+        cfg = _with_rankers(cfg, reranker, stages.get("paths", {}).get("output"))
+        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg)))
         stage("graphs", lambda: graphs.run(cfg))
         stage("train", lambda: train.run(cfg))
         stage("question_types", lambda: train_question_classifier(cfg))
@@ -278,14 +279,19 @@ def train_path_scorer(cfg: XHConfig) -> dict:
     return retrieve.run(cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)}))
 
 
-def _retrieve_config(cfg: XHConfig, reranker: str | None = None, path_scorer: str | None = None) -> XHConfig:
-    """The demo retrieves for the world's own questions unless a question file was given, re-ranked by the
-    demo's re-ranker and path scorer unless others were given."""
+def _with_rankers(cfg: XHConfig, reranker: str | None, path_scorer: str | None) -> XHConfig:
+    """`auto` re-ranker and path scorer replaced by the ones the demo trained (None: not trained)."""
     given, given_scorer = cfg.retrieve.reranker, cfg.retrieve.path_scorer
     update = {
         "reranker": given if given not in (None, AUTO) else reranker,
         "path_scorer": given_scorer if given_scorer not in (None, AUTO) else path_scorer,
     }
+    return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})
+
+
+def _retrieve_config(cfg: XHConfig) -> XHConfig:
+    """The demo retrieves for the world's own questions unless a question file was given."""
+    update = {}
     if not cfg.retrieve.questions:
         update["questions"] = join(synth.world_uri(cfg), "hotpot", "questions.json")
     return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})

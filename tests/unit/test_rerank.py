@@ -342,8 +342,12 @@ def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_ret
         q["_id"] for q in questions if not in_dev_split(q["_id"], cfg.train.dev_fraction)
     ]
     assert len(trained) < len(questions)
-    retrieve = demo._retrieve_config(cfg, "runs/demo/models/reranker").retrieve
+    assert cfg.retrieve.path_scorer == demo.AUTO  # configs/demo.yaml trains one
+    ranked = demo._with_rankers(cfg, "runs/demo/models/reranker", "runs/demo/models/path-scorer")
+    retrieve = demo._retrieve_config(ranked).retrieve
     assert retrieve.reranker == "runs/demo/models/reranker" and retrieve.questions.endswith("questions.json")
+    assert retrieve.path_scorer == "runs/demo/models/path-scorer"
+    assert demo._with_rankers(cfg, None, None).retrieve.path_scorer is None  # none trained: none used, never "auto"
 
 
 # --- the path re-ranker: the question against two paragraphs -------------------------------------
