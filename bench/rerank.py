@@ -165,13 +165,21 @@ def path_scorer_runs(records, docs, shard, questions, args, ks) -> tuple[dict, l
         "train_pair_among_candidates": sum(any(set(p) == g for p in c.pairs) for c, g in zip(groups, gold)) / len(gold),
         "feature_seconds": round(time.perf_counter() - start, 1),
     }
+    qids, texts = [q["qid"] for q in questions], [q["question"] for q in questions]
+    start = time.perf_counter()
+    retriever.candidates(qids, texts)  # BM25, entity links, expansion: what the scorer adds to
+    info["retrieve_qps_without_scorer"] = round(len(qids) / (time.perf_counter() - start), 1)
     runs = []
     for seed in args.seeds or [13]:
         start = time.perf_counter()
         scorer = PathScorer.fit(groups, gold, seed=seed)
         scorer.score = lambda features, fitted=scorer.score: fitted(without(features))
         retriever.path_scorer = scorer
-        rows = retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions])
+        fitted = time.perf_counter()
+        rows = retriever.candidates(qids, texts)
+        retrieved = time.perf_counter()
+        info.setdefault("fit_seconds", []).append(round(fitted - start, 2))
+        info.setdefault("retrieve_qps_with_scorer", []).append(round(len(qids) / (retrieved - fitted), 1))
         report = retrieval_report(questions, rows, docs, ks=ks)
         by_type = {f"{t}.supp_recall@2": report[t]["supp_recall@2"] for t in ("bridge", "comparison") if t in report}
         runs.append({"seed": seed, "seconds": round(time.perf_counter() - start, 1), **report["all"], **by_type})

@@ -226,7 +226,12 @@ def summary_table(summary: dict) -> str:
     ev, scored = s["evaluate"], s["score"]
     rows = [
         ("world", f"{s['synth']['docs']} docs, {s['check']['true_links']} links checked against the truth"),
-        ("retrieval", f"graph Supp recall {s['retrieve']['eval']['all']['graph.supp_recall']:.3f}"),
+        (
+            "retrieval",
+            f"Supp@2 {s['retrieve']['eval']['all']['supp_recall@2']:.3f} "
+            f"({'path scorer' if 'paths' in s else 'BM25'}), "
+            f"graph Supp recall {s['retrieve']['eval']['all']['graph.supp_recall']:.3f}",
+        ),
         ("graphs", f"{s['graphs']['graphs']} graphs, {s['graphs']['quarantined']} quarantined"),
         (
             "training",

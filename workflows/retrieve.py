@@ -258,8 +258,12 @@ def _fit_path_scorer(index_uri: str, tables_uri: str, settings: RetrieveConfig, 
 def fit_paths(cfg: XHConfig) -> dict:
     """`xh retrieve paths`: a path scorer (`xh.retrieval.paths`) trained on `retrieve.questions`' supporting
     facts, in one Ray task beside the cluster's data, written to `retrieve.path_scorer_output`. The BM25
-    index is built first when there is none."""
+    index is built first when there is none. Tracked: the config as params, the figures as metrics,
+    the scorer as a file."""
+    import mlflow
     import ray
+
+    from xh.tracking import flatten_numbers, stage_run
 
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
     if not r.questions:
@@ -274,17 +278,21 @@ def fit_paths(cfg: XHConfig) -> dict:
     start = time.perf_counter()
     output = r.path_scorer_output or join(cfg.storage.root, "models", "path-scorer")
     log("retrieve", f"path scorer: features of {len(rows):,} questions, training -> {output}")
-    task = ray.remote(num_cpus=r.cpus_per_worker)(_fit_path_scorer)
-    scorer = ray.get(task.remote(paths["index"], paths["tables"], r, s3, rows))["scorer"]
-    scorer.save(output, s3)
-    return {
-        "index": index,
-        "output": output,
-        "questions": len(rows),
-        "quarantined": len(quarantined),
-        **scorer.metrics,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+    with stage_run(cfg, "retrieve", run_name="path-scorer", s3=s3) as tracked:
+        task = ray.remote(num_cpus=r.cpus_per_worker)(_fit_path_scorer)
+        scorer = ray.get(task.remote(paths["index"], paths["tables"], r, s3, rows))["scorer"]
+        scorer.save(output, s3)
+        summary = {
+            "index": index,
+            "output": output,
+            "questions": len(rows),
+            "quarantined": len(quarantined),
+            **scorer.metrics,
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+        mlflow.log_metrics(flatten_numbers({k: v for k, v in summary.items() if k != "index"}))
+        mlflow.log_dict(json.loads(scorer.to_json()), "path_scorer.json")
+    return {"mlflow_run_id": tracked.info.run_id, **summary}
 
 
 def run(cfg: XHConfig) -> dict:

@@ -75,9 +75,11 @@ def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, wo
     assert three_shards.candidates(ids, texts) == one_shard.candidates(ids, texts)
 
 
-def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster, world, tmp_path):
-    """`xh retrieve paths` on the first 80 questions; retrieval with it on the other 40 has both supporting
-    docs in its first two ir rows more often than BM25 alone."""
+def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster, mlflow_server, world, tmp_path):
+    """`xh retrieve paths` on the first 80 questions, tracked on the MLflow server; retrieval with it on the
+    other 40 has both supporting docs in its first two ir rows more often than BM25 alone."""
+    from mlflow import MlflowClient
+
     questions = json.loads((world / "questions.json").read_text())
     (tmp_path / "train.json").write_text(json.dumps(questions[:80]))
     (tmp_path / "held_out.json").write_text(json.dumps(questions[80:120]))
@@ -86,12 +88,15 @@ def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster
         f"retrieve.tables={world / 'tables'}",
         f"retrieve.index={world / 'index-paths'}",
     ]
-    trained = retrieve.run(
-        load_config(None, [*base, "retrieve.step=paths", f"retrieve.questions={tmp_path / 'train.json'}"])
-    )
+    tracking = [f"mlflow.tracking_uri={mlflow_server}", "mlflow.experiment=paths", "mlflow.artifact_location=null"]
+    training = [*base, *tracking, "retrieve.step=paths", f"retrieve.questions={tmp_path / 'train.json'}"]
+    trained = retrieve.run(load_config(None, training))
     assert trained["index"]["docs"] == 1500  # built, as there was none
     assert trained["questions"] == 80 and trained["usable"] <= 80 and trained["pair_among_candidates"] >= 0.9
     assert trained["output"] == str(tmp_path / "models" / "path-scorer")
+    run = MlflowClient(mlflow_server).get_run(trained["mlflow_run_id"])
+    assert run.data.metrics["train_supp_recall_at_2"] == trained["train_supp_recall@2"]
+    assert run.data.params["retrieve.path_neighbours"] == "10" and run.data.tags["stage"] == "retrieve"
 
     held_out = [*base, f"retrieve.questions={tmp_path / 'held_out.json'}"]
     bm25 = retrieve.run(load_config(None, held_out))["eval"]["all"]

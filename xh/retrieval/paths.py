@@ -199,17 +199,21 @@ class PathScorer:
             metrics={"questions": len(groups), "usable": len(usable), "loss": float(loss.detach()), "seed": seed},
         )
 
-    def save(self, uri: str, s3: S3Settings | None = None) -> str:
-        """Writes `<uri>/path_scorer.json`; returns its URI."""
-        target = join(uri, SCORER_FILE)
+    def to_json(self) -> str:
+        """What `save` writes: the feature names, the weights and the training figures."""
         content = {
             "features": list(FEATURES),
             **{k: getattr(self, k).tolist() for k in ("mean", "std", "w1", "b1", "w2")},
             "b2": self.b2,
             "metrics": self.metrics or {},
         }
+        return json.dumps(content)
+
+    def save(self, uri: str, s3: S3Settings | None = None) -> str:
+        """Writes `<uri>/path_scorer.json`; returns its URI."""
+        target = join(uri, SCORER_FILE)
         with open_output(target, s3) as out:
-            out.write(json.dumps(content).encode())
+            out.write(self.to_json().encode())
         return target
 
     @classmethod
