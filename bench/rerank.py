@@ -26,7 +26,9 @@ the re-ranker's order with the best-scoring pair of its first `--path-top` moved
 paragraphs' re-ranker logits. `--path-scorer` trains the path scorer (`xh.retrieval.paths`) on the same
 records and retrieves with it as a query actor does (`Retriever`: the BM25 shard, an entity linker
 over the titles, links where a paragraph names another's title); `--path-neighbours 0` and
-`--drop-features a_links_b b_links_a` are its ablations. `--seeds 13 14 15` repeats the training per seed and adds the mean and sample std
+`--drop-features a_links_b b_links_a` are its ablations; `--path-expansion off` ranks expansion
+neighbours by BM25 instead, and `graph.*` (the documents a graph would hold: the first two ir, the
+entity links and `--expansion-keep` expansion documents) shows what that changes. `--seeds 13 14 15` repeats the training per seed and adds the mean and sample std
 of each measure over the seeds. `--device cuda` trains and scores on a GPU (bf16 autocast).
 """
 
@@ -144,7 +146,8 @@ def path_scorer_runs(records, docs, shard, questions, args, ks) -> tuple[dict, l
 
     start = time.perf_counter()
     retriever, num_links = corpus_retriever(docs, shard, max(args.top, 100))
-    retriever.settings = retriever.settings.model_copy(update={"path_neighbours": args.path_neighbours})
+    update = {"path_neighbours": args.path_neighbours, "path_expansion": args.path_expansion == "on"}
+    retriever.settings = retriever.settings.model_copy(update=update | {"expansion_keep": args.expansion_keep})
     dropped = [FEATURES.index(f) for f in args.drop_features]
 
     def without(features: np.ndarray) -> np.ndarray:
@@ -269,6 +272,10 @@ def main() -> None:
     )
     parser.add_argument("--path-neighbours", type=int, default=10, help="--path-scorer: retrieve.path_neighbours")
     parser.add_argument(
+        "--path-expansion", choices=("on", "off"), default="on", help="--path-scorer: retrieve.path_expansion"
+    )
+    parser.add_argument("--expansion-keep", type=int, default=15, help="--path-scorer: retrieve.expansion_keep")
+    parser.add_argument(
         "--drop-features", nargs="+", default=[], help="--path-scorer ablation: these FEATURES read 0 (a_links_b ...)"
     )
     parser.add_argument("--path-top", type=int, default=10, help="pairs among the re-ranker's first N (--paths)")
@@ -344,8 +351,10 @@ def main() -> None:
     result["report"] = report
     names = [n for n in ("reranker", "reranker+paths", "reranker+paths+fused", "path scorer") if n in report]
     print(f"{'measure':<18}{'BM25':>8}" + "".join(f"{n:>22}" for n in names))
-    for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks] + list(by_type):
-        row = f"{measure:<18}{report['bm25'].get(measure):>8.3f}"
+    graph = ["graph.supp_recall", "graph.ans_recall", "graph.nodes"] if args.path_scorer else []
+    for measure in [f"{m}@{k}" for m in ("supp_recall", "ans_recall") for k in ks] + list(by_type) + graph:
+        bm25_value = report["bm25"].get(measure) if not measure.startswith("graph.") else None
+        row = f"{measure:<18}" + (f"{bm25_value:>8.3f}" if bm25_value is not None else f"{'-':>8}")
         for n in names:
             value, std = report[n].get(measure), report[n].get(f"{measure}_std", 0.0)
             row += f"{value:>16.3f} ±{std:.3f}" if value is not None else f"{'-':>22}"

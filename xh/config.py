@@ -120,6 +120,9 @@ class RetrieveConfig(Section):
     path_neighbours: int = Field(
         10, ge=0, description="with a path scorer: linked docs (BM25's best) paired with each of the first path_top"
     )
+    path_expansion: bool = Field(
+        True, description="with a path scorer: expansion neighbours ranked by it (paired with the chosen pair)"
+    )
     path_scorer_output: str | None = Field(
         None, description="where `xh retrieve paths` writes the scorer; default <storage.root>/models/path-scorer"
     )

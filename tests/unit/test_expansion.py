@@ -43,6 +43,14 @@ def graph_table():
     )
 
 
+def test_directions_of_one_doc_agree_with_its_neighbours_and_are_cut_out_links_first(graph_table):
+    graph = LinkGraph.from_table(graph_table)
+    for doc in ("A", "B", "C", "D", "E", "F", "unknown"):
+        assert graph.directions(doc, limit=10) == {n.doc_id: n.direction for n in graph.neighbours([doc])}
+    assert graph.directions("A", limit=2) == {"B": "both", "C": "out"}  # D links in only: cut
+    assert graph.directions("A", limit=1) == {"B": "both"}
+
+
 def test_neighbours_have_direction_and_anchors_and_exclude_seeds_and_missing_pages(graph_table):
     graph = LinkGraph.from_table(graph_table)
     assert (graph.num_docs, graph.num_links) == (6, 7)

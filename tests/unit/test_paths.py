@@ -33,9 +33,9 @@ def test_pairs_join_the_first_ir_docs_with_each_other_and_with_their_linked_docs
     assert _feature(found, ("a", "x"), "a_links_b") == 1 and _feature(found, ("a", "x"), "b_links_a") == 0
     assert _feature(found, ("a", "y"), "b_links_a") == 1 and _feature(found, ("a", "y"), "a_links_b") == 0
     assert _feature(found, ("b", "a"), "a_links_b") == 1 and _feature(found, ("a", "b"), "b_links_a") == 0
-    # per document: BM25 over the question's best (x: 3.0), 1 / (1 + ir rank), in the first `top`, named
-    assert _feature(found, ("a", "x"), "a_bm25") == pytest.approx(2 / 3)
-    assert _feature(found, ("a", "x"), "b_bm25") == pytest.approx(1.0)
+    # per document: BM25 over BM25's first ir document's (a: 2.0), 1 / (1 + ir rank), in the first `top`, named
+    assert _feature(found, ("a", "x"), "a_bm25") == pytest.approx(1.0)
+    assert _feature(found, ("a", "x"), "b_bm25") == pytest.approx(1.5)
     assert _feature(found, ("a", "x"), "b_rank") == pytest.approx(1 / 5)  # not in the ir list: rank 4
     assert _feature(found, ("b", "c"), "b_rank") == pytest.approx(1 / 3)
     assert _feature(found, ("a", "x"), "b_top") == 0 and _feature(found, ("a", "c"), "b_top") == 1
@@ -104,6 +104,15 @@ def test_the_retriever_puts_the_chosen_pair_first_and_it_beats_bm25_on_bridge_qu
             assert tuple(r["doc_id"] for r in ir[:2]) == scorer.best_pair(found)
             assert {r["ranker"] for r in ir} == {"paths"}
             assert len({r["doc_id"] for r in ir}) == len(ir)  # the pair is not listed twice
+
+    # expansion neighbours: ranked by the path scorer (paired with the chosen pair), or by BM25 when told so
+    exp = [r for r in rows if r["source"] == "exp"]
+    assert exp and {r["ranker"] for r in exp} == {"paths"}
+    for qid in qids[:5]:
+        mine = sorted((r for r in exp if r["qid"] == qid), key=lambda r: r["rank"])
+        assert [r["score"] for r in mine] == sorted((r["score"] for r in mine), reverse=True)
+    by_bm25 = Retriever(*parts, settings.model_copy(update={"path_expansion": False}), path_scorer=scorer)
+    assert {r["ranker"] for r in by_bm25.candidates(qids, asked) if r["source"] == "exp"} == {"bm25"}
 
     def recall(candidates):
         gold = [

@@ -29,7 +29,9 @@ With a path scorer (`RetrieveConfig.path_scorer`, `xh.retrieval.paths`, trained 
 paths`), the pair is chosen from the first `path_top` ir documents and the documents linked to or
 from them, on BM25, link and entity-link features: the pair goes first among the ir rows (its second
 document may come from the links, so the ir rows are then one more than `ir_candidates`), both with
-the pair's score, and says `paths`. It needs no text, and is the better of the two (README).
+the pair's score, and says `paths`; expansion neighbours are then ranked by the path scorer too, as
+the second document of a pair with either document of the chosen pair (`path_expansion`; their rows
+say `paths`). It needs no text, and is the better of the two (README).
 
 The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
 paper); the index is read by `xh.retrieval.index.load_index`.
@@ -180,20 +182,15 @@ class Retriever:
             weights[np.ix_([i for i, _ in known], at)] = sub.toarray() if hasattr(sub, "toarray") else sub
         return weights
 
-    def path_candidates(self, terms: list[str], ir_ids: list[str], linked: list) -> PathCandidates:
+    def path_candidates(self, terms: list[str], ir_ids: list[str], named: set[str]) -> PathCandidates:
         """The pairs the path scorer chooses among for one question (`xh.retrieval.paths.path_candidates`)."""
         from xh.retrieval.paths import path_candidates
-
-        def links(doc_id: str) -> dict[str, str]:
-            # a hub's neighbours are cut in the expansion's fallback order (out-links first)
-            found = self.graph.expand([doc_id], top_k=PATH_LINK_POOL, max_candidates=PATH_LINK_POOL)
-            return {doc.doc_id: doc.direction for doc in found.docs}
 
         return path_candidates(
             ir_ids,
             lambda ids: self.term_weights(terms, ids),
-            links,
-            {link.doc_id for link in linked},
+            lambda doc_id: self.graph.directions(doc_id, PATH_LINK_POOL),
+            named,
             top=self.settings.path_top,
             neighbours=self.settings.path_neighbours,
         )
@@ -210,7 +207,7 @@ class Retriever:
         ir_results = search_shards(self.shards, analyzed, k=self.settings.ir_candidates)
         links = self.linker.link_batch(questions)
         return [
-            self.path_candidates(terms, list(ir.doc_ids), linked)
+            self.path_candidates(terms, list(ir.doc_ids), {link.doc_id for link in linked})
             for terms, ir, linked in zip(analyzed, ir_results, links)
         ]
 
@@ -226,7 +223,8 @@ class Retriever:
 
     def _question_rows(self, qid, question, terms, ir_ids, ir_scores, linked) -> list[dict]:
         settings, rerank = self.settings, self.reranker is not None
-        bm25_ids = ir_ids  # the path scorer reads BM25's order, as it was trained on
+        # the path scorer reads BM25's order and every entity link, as it was trained on
+        bm25_ids, named, pair = ir_ids, {link.doc_id for link in linked}, None
         if rerank:
             # one pass of the cross-encoder over both sources' documents
             scores = self.rerank_scores(question, [*ir_ids, *(link.doc_id for link in linked)])
@@ -250,11 +248,11 @@ class Retriever:
             order += range(len(order), len(ir_ids))  # the ones past path_top, as they were
             ir_ids, ir_scores, ir_ranker = [ir_ids[i] for i in order], [ir_scores[i] for i in order], "paths"
         elif self.path_scorer is not None:
-            candidates = self.path_candidates(terms, bm25_ids, linked)
+            candidates = self.path_candidates(terms, bm25_ids, named)
             if candidates.pairs:
                 scores = self.path_scorer.score(candidates.features)
                 best = int(np.argmax(scores))
-                pair = candidates.pairs[best]
+                pair = candidates.pairs[best]  # also what expansion neighbours are paired with
                 rest = [(d, s) for d, s in zip(ir_ids, ir_scores) if d not in pair]
                 ir_ids = [*pair, *(d for d, _ in rest)]
                 ir_scores = [float(scores[best])] * 2 + [s for _, s in rest]
@@ -266,22 +264,37 @@ class Retriever:
         seeds = list(dict.fromkeys([*ir_ids[: settings.ir_keep], *(link.doc_id for link in linked)]))
         if not seeds:
             return rows
-        scorer = None
-        if terms:
-            scorer = (
-                (lambda ids: self._rerank_neighbours(question, terms, list(ids)))
-                if rerank
-                else (lambda ids: self.score_docs(terms, list(ids)))
-            )
+        scorer, exp_ranker = None, "links"
+        if terms and pair is not None and settings.path_expansion:
+            scorer, exp_ranker = (lambda ids: self._path_neighbours(terms, bm25_ids, named, pair, list(ids))), "paths"
+        elif terms and rerank:
+            scorer, exp_ranker = (lambda ids: self._rerank_neighbours(question, terms, list(ids))), "reranker"
+        elif terms:
+            scorer, exp_ranker = (lambda ids: self.score_docs(terms, list(ids))), "bm25"
         expansion = self.graph.expand(
             seeds,
             question_scorer=scorer,
             top_k=settings.expansion_keep,
             max_candidates=settings.expansion_max_neighbours,
         )
-        exp_ranker = "links" if expansion.ranking != "scorer" else "reranker" if rerank else "bm25"
+        if expansion.ranking != "scorer":
+            exp_ranker = "links"
         rows += [_row(qid, doc.doc_id, "exp", float(doc.score), doc.rank - 1, exp_ranker) for doc in expansion.docs]
         return rows
+
+    def _path_neighbours(
+        self, terms: list[str], bm25_ids: list[str], named: set[str], pair: tuple[str, str], doc_ids: list[str]
+    ) -> np.ndarray:
+        """Expansion neighbours scored by the path scorer as the second document of a pair with either
+        document of the chosen pair, the better of the two."""
+        from xh.retrieval.paths import pair_features
+
+        settings = self.settings
+        links = {a: self.graph.directions(a, settings.expansion_max_neighbours) for a in pair}
+        pairs = [(a, n) for n in doc_ids for a in pair]
+        docs = list(dict.fromkeys([*bm25_ids[:1], *pair, *doc_ids]))
+        features = pair_features(pairs, bm25_ids, settings.path_top, self.term_weights(terms, docs), docs, links, named)
+        return self.path_scorer.score(features).reshape(len(doc_ids), len(pair)).max(axis=1)
 
     def _rerank_neighbours(self, question: str, terms: list[str], doc_ids: list[str]) -> np.ndarray:
         """Re-ranker logits for BM25's best `expansion_rerank_pool` neighbours, -inf for the others."""

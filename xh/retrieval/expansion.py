@@ -186,6 +186,20 @@ class LinkGraph:
         found = self._find(seed_idx)
         return [self._neighbour(found, k) for k in range(len(found.nodes))]
 
+    def directions(self, doc_id: str, limit: int) -> dict[str, str]:
+        """One doc's neighbours -> "out" (it links to them), "in" or "both", without anchors: what a path
+        scorer reads for each of a question's first documents. Out-links first, then in-links, each in
+        edge order, at most `limit` (a hub has 100,000s of in-links)."""
+        idx = int(self.index_of([doc_id])[0])
+        if idx < 0:
+            return {}
+        outs = _first_occurrences(self.edge_dst[self._out_edges(idx)])[:limit]
+        ins = _first_occurrences(self.edge_src[self._in_edges(idx)])
+        only_in = ins[~np.isin(ins, outs)][: limit - len(outs)]
+        kinds = [BOTH if both else OUT for both in np.isin(outs, ins).tolist()] + [IN] * len(only_in)
+        ids = self.doc_ids.take(pa.array(np.concatenate([outs, only_in]), pa.int64())).to_pylist()
+        return dict(zip(ids, kinds))
+
     def expand(
         self,
         seeds: Sequence[str],
@@ -272,6 +286,12 @@ class LinkGraph:
 
     def _anchor_texts(self, codes: np.ndarray) -> tuple[str, ...]:
         return tuple(self.anchors[int(c)].as_py() for c in dict.fromkeys(codes.tolist()))
+
+
+def _first_occurrences(values: np.ndarray) -> np.ndarray:
+    """The distinct values in the order they first occur."""
+    _, first = np.unique(values, return_index=True)
+    return values[np.sort(first)]
 
 
 def _unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

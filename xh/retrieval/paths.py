@@ -36,7 +36,7 @@ import numpy as np
 
 from xh.storage import S3Settings, join, open_input, open_output
 
-__all__ = ["FEATURES", "PathCandidates", "PathScorer", "path_candidates", "SCORER_FILE"]
+__all__ = ["FEATURES", "PathCandidates", "PathScorer", "pair_features", "path_candidates", "SCORER_FILE"]
 
 SCORER_FILE = "path_scorer.json"
 _PER_DOC = ("bm25", "rank", "top", "named", "terms")
@@ -65,32 +65,48 @@ def path_candidates(
 ) -> PathCandidates:
     """The pairs of one question and their features.
 
-    `ir_ids`: the ir documents in retrieval's order; `term_weights(ids)`: the BM25 weight of each
-    analyzed question term in each document, (terms, docs), 0 where absent; `links(a)`: a's
-    neighbours in the link graph, doc id -> "out" (a links to it), "in" or "both"; `named`: the
-    documents the question's entity links name.
+    `ir_ids`: the ir documents in BM25's order; `term_weights(ids)`: the BM25 weight of each analyzed
+    question term in each document, (terms, docs), 0 where absent; `links(a)`: a's neighbours in the
+    link graph, doc id -> "out" (a links to it), "in" or "both"; `named`: the documents the question's
+    entity links name.
     """
     first = list(dict.fromkeys(ir_ids[:top]))
     if not first:
         return PathCandidates([], np.zeros((0, len(FEATURES)), np.float32))
-    rank = {d: i for i, d in reversed(list(enumerate(ir_ids)))}
     in_top = set(first)
     linked = {a: links(a) for a in first}
     extra = list(dict.fromkeys(b for a in first for b in linked[a] if b not in in_top))
-    weights = term_weights(first + extra)
+    docs = first + extra
+    weights = term_weights(docs)
+    bm25 = dict(zip(docs, weights.sum(axis=0).tolist()))
+    pairs = []
+    for a in first:
+        # a's `neighbours` linked documents of highest BM25 (the sort is stable: link order breaks ties)
+        kept = sorted((b for b in linked[a] if b not in in_top), key=lambda b: -bm25[b])[:neighbours]
+        pairs += [(a, b) for b in [*first, *kept] if b != a]
+    return PathCandidates(pairs, pair_features(pairs, ir_ids, top, weights, docs, linked, named))
+
+
+def pair_features(
+    pairs: Sequence[tuple[str, str]],
+    ir_ids: Sequence[str],
+    top: int,
+    weights: np.ndarray,
+    docs: Sequence[str],
+    linked: dict[str, dict[str, str]],
+    named: set[str],
+) -> np.ndarray:
+    """`FEATURES` of given (a, b) pairs of one question. `weights`: (terms, docs) BM25 weights of `docs`,
+    which hold every document of the pairs; `linked[a]`: a's link neighbours and their direction. A
+    document's BM25 is taken over the question's best, BM25's first ir document."""
+    column = {d: i for i, d in enumerate(docs)}
+    rank = {d: i for i, d in reversed(list(enumerate(ir_ids)))}
+    in_top = set(ir_ids[:top])
     bm25 = weights.sum(axis=0)
-    if extra and neighbours:
-        # each a keeps its `neighbours` linked documents of highest BM25
-        score = dict(zip(first + extra, bm25.tolist()))
-        kept = {
-            a: sorted((b for b in linked[a] if b not in in_top), key=lambda b: -score[b])[:neighbours] for a in first
-        }
-    else:
-        kept = {a: [] for a in first}
-    column = {d: i for i, d in enumerate(first + extra)}
     present = weights > 0
     num_terms = max(1, weights.shape[0])
-    best = max(float(bm25.max()) if bm25.size else 0.0, 1e-9)
+    best = float(bm25[column[ir_ids[0]]]) if ir_ids and ir_ids[0] in column else float(bm25.max(initial=0.0))
+    best = max(best, 1e-9)
 
     def doc(d: str) -> list[float]:
         c = column[d]
@@ -102,25 +118,14 @@ def path_candidates(
             float(present[:, c].sum()) / num_terms,
         ]
 
-    per_doc = {d: doc(d) for d in column}
-    pairs, rows = [], []
-    for a in first:
-        for b in [*first, *kept[a]]:
-            if b == a:
-                continue
-            direction = linked[a].get(b)
-            both_terms = float((present[:, column[a]] | present[:, column[b]]).sum()) / num_terms
-            pairs.append((a, b))
-            rows.append(
-                [
-                    *per_doc[a],
-                    *per_doc[b],
-                    float(direction in ("out", "both")),
-                    float(direction in ("in", "both")),
-                    both_terms,
-                ]
-            )
-    return PathCandidates(pairs, np.asarray(rows, np.float32).reshape(len(rows), len(FEATURES)))
+    per_doc = {d: doc(d) for d in dict.fromkeys(d for pair in pairs for d in pair)}
+    rows = []
+    for a, b in pairs:
+        direction = linked.get(a, {}).get(b)
+        both_terms = float((present[:, column[a]] | present[:, column[b]]).sum()) / num_terms
+        out, back = float(direction in ("out", "both")), float(direction in ("in", "both"))
+        rows.append([*per_doc[a], *per_doc[b], out, back, both_terms])
+    return np.asarray(rows, np.float32).reshape(len(rows), len(FEATURES))
 
 
 @dataclass
