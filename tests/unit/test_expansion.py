@@ -49,6 +49,9 @@ def test_directions_of_one_doc_agree_with_its_neighbours_and_are_cut_out_links_f
         assert graph.directions(doc, limit=10) == {n.doc_id: n.direction for n in graph.neighbours([doc])}
     assert graph.directions("A", limit=2) == {"B": "both", "C": "out"}  # D links in only: cut
     assert graph.directions("A", limit=1) == {"B": "both"}
+    # a hub: 1,500 pages link to it, one of them it links to as well
+    hub = LinkGraph.from_table(links(("H", "p0700", "x"), *((f"p{i:04d}", "H", "h") for i in range(1500))))
+    assert hub.directions("H", limit=4) == {"p0700": "both", "p0000": "in", "p0001": "in", "p0002": "in"}
 
 
 def test_neighbours_have_direction_and_anchors_and_exclude_seeds_and_missing_pages(graph_table):

@@ -193,12 +193,21 @@ class LinkGraph:
         idx = int(self.index_of([doc_id])[0])
         if idx < 0:
             return {}
-        outs = _first_occurrences(self.edge_dst[self._out_edges(idx)])[:limit]
-        ins = _first_occurrences(self.edge_src[self._in_edges(idx)])
-        only_in = ins[~np.isin(ins, outs)][: limit - len(outs)]
-        kinds = [BOTH if both else OUT for both in np.isin(outs, ins).tolist()] + [IN] * len(only_in)
-        ids = self.doc_ids.take(pa.array(np.concatenate([outs, only_in]), pa.int64())).to_pylist()
-        return dict(zip(ids, kinds))
+        outs = list(dict.fromkeys(self.edge_dst[self._out_edges(idx)].tolist()))[:limit]
+        ins = self.edge_src[self._in_edges(idx)]
+        # plain Python for the usual few links; numpy where a hub's in-links run to 100,000s
+        back = set(np.asarray(outs)[np.isin(outs, ins)].tolist()) if len(ins) > 1000 else set(outs) & set(ins.tolist())
+        found = {n: BOTH if n in back else OUT for n in outs}
+        for start in range(0, len(ins), 4 * limit):
+            if len(found) >= limit:
+                break
+            for n in ins[start : start + 4 * limit].tolist():
+                if n not in found:
+                    found[n] = IN
+                    if len(found) >= limit:
+                        break
+        ids = self.doc_ids.take(pa.array(list(found), pa.int64())).to_pylist()
+        return dict(zip(ids, found.values()))
 
     def expand(
         self,
@@ -286,12 +295,6 @@ class LinkGraph:
 
     def _anchor_texts(self, codes: np.ndarray) -> tuple[str, ...]:
         return tuple(self.anchors[int(c)].as_py() for c in dict.fromkeys(codes.tolist()))
-
-
-def _first_occurrences(values: np.ndarray) -> np.ndarray:
-    """The distinct values in the order they first occur."""
-    _, first = np.unique(values, return_index=True)
-    return values[np.sort(first)]
 
 
 def _unique(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
