@@ -10,8 +10,8 @@ both. The paper keeps BM25's top 2 re-ranked by BERT (§3); here the pair is cho
 
 Candidates (`path_candidates`): ordered pairs (a, b), a among the first `top` ir documents, b another
 of them or a document linked to or from a (the links table, either direction; the `neighbours` best
-by BM25 per a). Each pair gets `FEATURES`: for a and for b, BM25 over the question's best BM25
-score, 1 / (1 + rank in the ir list), whether it is in the first `top`, whether the question's
+by BM25 per a). Each pair gets `FEATURES` (`pair_features`): for a and for b, BM25 over that of
+BM25's first document, 1 / (1 + rank in BM25's ir list), whether it is in the first `top`, whether the question's
 entity links name it, and the share of the question's terms it contains; for the pair, whether a
 links to b and b to a, and the share of the question's terms in a or b.
 
@@ -19,10 +19,12 @@ The model (`PathScorer`): the features standardised, one hidden layer (16 ReLU u
 pair; trained listwise (`PathScorer.fit`: a softmax over each question's pairs, the gold pair the
 target, full-batch Adam), which takes seconds on a CPU, and scores ~100 pairs a question in
 microseconds with numpy. What it needs is what a query actor holds anyway: the BM25 shards (scores
-and term weights of any document), the link graph and the entity linker; no text, no GPU.
+and term weights of any document), the link graph and the entity linker; no text, no GPU. The
+retriever also ranks expansion neighbours with it, as pairs with the chosen pair's documents.
 
 Measured with `bench/rerank.py --path-scorer` on the real HotpotQA sample (train 0-399, dev
-400-499, 4,968 paragraphs): see the README's re-ranker table.
+400-499, 4,968 paragraphs, 5 seeds): Supp@2 0.838 ± 0.015 and Ans@2 0.897 ± 0.015, against BM25's
+0.310 and 0.670 (the README has the table and the ablations).
 """
 
 from __future__ import annotations
