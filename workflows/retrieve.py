@@ -106,28 +106,21 @@ class _QueryActor:
 
 
 def check_inputs(cfg: XHConfig) -> None:
-    """The BM25 index and the re-ranker (when one is named) exist: a one-line error otherwise."""
-    s3, paths = s3_settings(cfg), _paths(cfg)
+    """The BM25 index and the re-ranker and path scorer (when named) exist: a one-line error otherwise."""
+    from xh.retrieval.paths import SCORER_FILE
+    from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
+
+    s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
     if not index_exists(paths["index"], s3):
         raise FileNotFoundError(f"no BM25 index at {paths['index']}: build it with `xh retrieve index`")
-    if cfg.retrieve.path_scorer:
-        from xh.retrieval.paths import SCORER_FILE
-
-        fs, scorer = resolve(join(cfg.retrieve.path_scorer, SCORER_FILE), s3)
-        if fs.get_file_info(scorer).type.name == "NotFound":
-            raise FileNotFoundError(
-                f"no path scorer at {cfg.retrieve.path_scorer} (missing {SCORER_FILE}): "
-                "train one with `xh retrieve paths`"
-            )
-    if cfg.retrieve.reranker:
-        from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
-
-        fs, config = resolve(join(cfg.retrieve.reranker, RERANKER_CONFIG), s3)
-        if fs.get_file_info(config).type.name == "NotFound":
-            raise FileNotFoundError(
-                f"no re-ranker at {cfg.retrieve.reranker} (missing {RERANKER_CONFIG}): "
-                "train one with `xh retrieve train-reranker`"
-            )
+    for what, folder, file, command in (
+        ("path scorer", r.path_scorer, SCORER_FILE, "xh retrieve paths"),
+        ("re-ranker", r.reranker, RERANKER_CONFIG, "xh rerank"),
+    ):
+        if folder:
+            fs, path = resolve(join(folder, file), s3)
+            if fs.get_file_info(path).type.name == "NotFound":
+                raise FileNotFoundError(f"no {what} at {folder} (missing {file}): train one with `{command}`")
     require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
 
 
@@ -249,6 +242,10 @@ def _fit_path_scorer(index_uri: str, tables_uri: str, settings: RetrieveConfig, 
     found = [g for g, pair in zip(groups, gold) if any(set(p) == pair for p in g.pairs)]
     chosen = [set(scorer.best_pair(g) or ()) == pair for g, pair in zip(groups, gold)]
     scorer.metrics |= {
+        # a supporting-fact title with no doc: its question's pair can never be among the candidates
+        "gold_titles_not_in_docs": sum(
+            t not in by_title for q in questions for t in {f["title"] for f in q["supporting_facts"]}
+        ),
         "pair_among_candidates": len(found) / max(1, len(groups)),
         "train_supp_recall@2": sum(chosen) / max(1, len(groups)),
     }
@@ -270,8 +267,9 @@ def fit_paths(cfg: XHConfig) -> dict:
         raise FileNotFoundError("no questions given: set retrieve.questions (or pass --questions)")
     index = "existing" if index_exists(paths["index"], s3) else build_index(cfg)
     check_inputs(cfg.model_copy(update={"retrieve": r.model_copy(update={"path_scorer": None})}))
-    rows, quarantined = read_hotpot_questions(r.questions, s3)
-    rows = [q for q in rows if len({f["title"] for f in q.get("supporting_facts") or []}) == 2]
+    read, quarantined = read_hotpot_questions(r.questions, s3)
+    # a pair is learnt from two supporting-fact titles: the others are counted, not used
+    rows = [q for q in read if len({f["title"] for f in q.get("supporting_facts") or []}) == 2]
     if not rows:
         raise ConfigError(f"{r.questions} has no question with two supporting-fact titles to learn pairs from")
     init_ray(cfg)
@@ -286,6 +284,7 @@ def fit_paths(cfg: XHConfig) -> dict:
             "index": index,
             "output": output,
             "questions": len(rows),
+            "without_two_titles": len(read) - len(rows),
             "quarantined": len(quarantined),
             **scorer.metrics,
             "seconds": round(time.perf_counter() - start, 3),

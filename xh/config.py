@@ -99,7 +99,7 @@ class RetrieveConfig(Section):
     expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
     reranker: str | None = Field(
         None,
-        description="trained cross-encoder (xh retrieve train-reranker), local or s3://; None: BM25 / commonness order",
+        description="trained cross-encoder (xh rerank), local or s3://; None: BM25 / commonness order",
     )
     rerank_batch_size: int = Field(32, ge=1, description="pairs per re-ranker forward pass")
     el_rerank_candidates: int = Field(

@@ -92,7 +92,8 @@ def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster
     training = [*base, *tracking, "retrieve.step=paths", f"retrieve.questions={tmp_path / 'train.json'}"]
     trained = retrieve.run(load_config(None, training))
     assert trained["index"]["docs"] == 1500  # built, as there was none
-    assert trained["questions"] == 80 and trained["usable"] <= 80 and trained["pair_among_candidates"] >= 0.9
+    assert trained["questions"] + trained["without_two_titles"] == 80 and trained["gold_titles_not_in_docs"] == 0
+    assert trained["usable"] <= trained["questions"] and trained["pair_among_candidates"] >= 0.9
     assert trained["output"] == str(tmp_path / "models" / "path-scorer")
     run = MlflowClient(mlflow_server).get_run(trained["mlflow_run_id"])
     assert run.data.metrics["train_supp_recall_at_2"] == trained["train_supp_recall@2"]
@@ -133,24 +134,18 @@ def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_p
         retrieve.run_candidates(second)
     (tmp_path / "index" / "bm25").mkdir(parents=True)
     (tmp_path / "index" / "bm25" / "manifest.json").write_text("{}")
-    no_reranker = load_config(
-        None,
-        [
-            f"storage.root={tmp_path}",
-            f"retrieve.questions={tmp_path / 'second.json'}",
-            f"retrieve.reranker={tmp_path / 'no-reranker'}",
-        ],
-    )
-    with pytest.raises(FileNotFoundError, match="no re-ranker at .*no-reranker"):
-        retrieve.run_candidates(no_reranker)
-    no_scorer = load_config(
-        None,
-        [
-            f"storage.root={tmp_path}",
-            f"retrieve.questions={tmp_path / 'second.json'}",
-            f"retrieve.path_scorer={tmp_path / 'no-scorer'}",
-        ],
-    )
-    with pytest.raises(FileNotFoundError, match="no path scorer at .*no-scorer.*xh retrieve paths"):
-        retrieve.run_candidates(no_scorer)
+    for setting, error in (
+        ("reranker", "no re-ranker at .*no-reranker.*xh rerank"),
+        ("path_scorer", "no path scorer at .*no-path_scorer.*xh retrieve paths"),
+    ):
+        missing = load_config(
+            None,
+            [
+                f"storage.root={tmp_path}",
+                f"retrieve.questions={tmp_path / 'second.json'}",
+                f"retrieve.{setting}={tmp_path / f'no-{setting}'}",
+            ],
+        )
+        with pytest.raises(FileNotFoundError, match=error):
+            retrieve.run_candidates(missing)
     assert {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")} == before

@@ -51,7 +51,7 @@ from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index
-from xh.retrieval.paths import PathCandidates
+from xh.retrieval.paths import PathCandidates, PathScorer, pair_features, path_candidates
 from xh.storage import S3Settings, resolve
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
@@ -142,7 +142,6 @@ class Retriever:
 
     @classmethod
     def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
-        from xh.retrieval.paths import PathScorer
         from xh.retrieval.rerank import CrossEncoder
 
         reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
@@ -179,13 +178,11 @@ class Retriever:
             if not len(at) or not known:
                 continue
             sub = shard.weights[[row for _, row in known]][:, cols[at]]
-            weights[np.ix_([i for i, _ in known], at)] = sub.toarray() if hasattr(sub, "toarray") else sub
+            weights[np.ix_([i for i, _ in known], at)] = sub.toarray()
         return weights
 
     def path_candidates(self, terms: list[str], ir_ids: list[str], named: set[str]) -> PathCandidates:
         """The pairs the path scorer chooses among for one question (`xh.retrieval.paths.path_candidates`)."""
-        from xh.retrieval.paths import path_candidates
-
         return path_candidates(
             ir_ids,
             lambda ids: self.term_weights(terms, ids),
@@ -201,11 +198,18 @@ class Retriever:
             return np.zeros(0, dtype=np.float64)
         return self.reranker.score(question, self.passages(doc_ids), batch_size=self.settings.rerank_batch_size)
 
+    def _search(self, questions: list[str]) -> tuple[list[list[str]], list, list[list]]:
+        """Per question: its analyzed terms, its BM25 top `ir_candidates`, its entity links."""
+        analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
+        return (
+            analyzed,
+            search_shards(self.shards, analyzed, k=self.settings.ir_candidates),
+            self.linker.link_batch(questions),
+        )
+
     def question_paths(self, questions: list[str]) -> list[PathCandidates]:
         """Each question's path candidates as `candidates` scores them: training data for a path scorer."""
-        analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
-        ir_results = search_shards(self.shards, analyzed, k=self.settings.ir_candidates)
-        links = self.linker.link_batch(questions)
+        analyzed, ir_results, links = self._search(questions)
         return [
             self.path_candidates(terms, list(ir.doc_ids), {link.doc_id for link in linked})
             for terms, ir, linked in zip(analyzed, ir_results, links)
@@ -213,9 +217,7 @@ class Retriever:
 
     def candidates(self, qids: list[str], questions: list[str]) -> list[dict]:
         """Candidate rows (ir, el, exp) for a batch of questions."""
-        analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
-        ir_results = search_shards(self.shards, analyzed, k=self.settings.ir_candidates)
-        links = self.linker.link_batch(questions)
+        analyzed, ir_results, links = self._search(questions)
         rows: list[dict] = []
         for qid, question, terms, ir, linked in zip(qids, questions, analyzed, ir_results, links):
             rows += self._question_rows(qid, question, terms, list(ir.doc_ids), ir.scores.tolist(), linked)
@@ -287,8 +289,6 @@ class Retriever:
     ) -> np.ndarray:
         """Expansion neighbours scored by the path scorer as the second document of a pair with either
         document of the chosen pair, the better of the two."""
-        from xh.retrieval.paths import pair_features
-
         settings = self.settings
         links = {a: self.graph.directions(a, settings.expansion_max_neighbours) for a in pair}
         pairs = [(a, n) for n in doc_ids for a in pair]
