@@ -109,7 +109,7 @@ def predict_graphs(
 
     Rows are read `sort_window` batches at a time and batched longest node first within that window:
     `collate` pads every node of a batch to its longest node, and graphs of similar lengths together
-    pad less (on generated worlds 27% of the computed tokens were padding in arrival order, 20% sorted).
+    pad less (docs/results.md, batch scoring).
     Predictions do not depend on the batching (padding is masked); they come back in input order."""
     from xh.model.dochopper import DocHopper
 

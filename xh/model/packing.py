@@ -10,9 +10,9 @@ computes few padding tokens and sees few distinct shapes.
     for graphs in fill_rows(graph_stream, rows=32, row_tokens=512):   # whole graphs, up to 32 rows each
         batch = pack(graphs, row_tokens=512, rows=32)                 # every batch [32, 512] (the last may be too)
 
-Why. `collate` pads every node to the batch's longest node: on real HotpotQA distractor graphs (node
-lengths 26..512 tokens, median 135, at most 512 per node) only 34-42% of the computed tokens are real,
-and batches come in many shapes (91 in an epoch of 500 graphs; a GPU pays for each new one). Here
+Why. `collate` pads every node to the batch's longest node: on real HotpotQA distractor graphs, whose
+node lengths vary widely, most of the computed tokens are padding, and batches come in many shapes (a
+GPU pays for each new one; the figures: docs/results.md, training layouts). Here
 the nodes are placed into rows of `row_tokens` tokens by first-fit decreasing; a row holds as many
 nodes as fit, and the number of rows is rounded up to a multiple of `row_multiple` (or fixed with
 `rows`), so the encoder sees [R, T] shapes from a small set whatever the node lengths.

@@ -79,8 +79,9 @@ class Passages:
 
 
 class DocPositions:
-    """Doc id -> (shard, column) over all shards, in about 16 bytes a document (a dict of them took ~200:
-    a query actor at millions of documents held more in it than in the BM25 weights). Ids are found by
+    """Doc id -> (shard, column) over all shards, in about 16 bytes a document (a dict of them took an
+    order of magnitude more: a query actor at millions of documents held more in it than in the BM25
+    weights). Ids are found by
     their hash (sorted, binary search) and checked against the shard's own id, so a collision costs a
     few extra comparisons, never a wrong document."""
 

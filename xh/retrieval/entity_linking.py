@@ -50,12 +50,9 @@ The rules, in the order they apply:
 Memory. The index holds no Python object per surface: each surface is a 64-bit blake2b key in a
 sorted array (a batch's lookups are one `numpy.searchsorted`), its entries are CSR slices of an
 int32 doc index and a float32 count (16 bytes per surface, 8 per (surface, doc) entry), and doc ids
-are one Arrow string array. Measured on 3,000,000 random anchor rows (1.38M distinct surfaces, 1M
-docs): 55.7 MB, i.e. 18.6 bytes per anchor row doc ids included (a dict of Python strings would
-take ~130 bytes per surface alone), built in 5.6 s with ~0.5 GB of transient memory; adding the
-titles of 1M docs: 85 MB, 8.2 s. So a Wikipedia-sized table (~10M anchor rows, 5M titles) needs a
-few hundred MB per actor. Two surfaces sharing a 64-bit key (odds ~1e-6 at 10M surfaces) would
-share entities; that risk is accepted. Linking runs at ~4,000 questions/s on one core.
+are one Arrow string array, so a Wikipedia-sized table (~10M anchor rows, 5M titles) fits a query
+actor, where a dict of Python strings would not (measured size and speed: docs/results.md). Two
+surfaces sharing a 64-bit key (odds ~1e-6 at 10M surfaces) would share entities; that risk is accepted.
 
 No Ray here: a Ray driver builds one `EntityLinker` per actor (`load` once, then `link_batch`).
 """

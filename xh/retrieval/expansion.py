@@ -35,10 +35,8 @@ The rules:
 Storage: doc ids are mapped to int32 indices (in sorted doc-id order, found by bisection); each link
 is one edge in arrays sorted by source (source, target and anchor code, int32), with CSR offsets for
 out-links and an int32 permutation for in-links: 16 bytes per link, plus 16 per doc and the distinct
-anchor strings and doc ids. Measured on 5,000,000 random links over 1M docs (2M distinct anchors):
-135 MB, i.e. 27 bytes per link, built in 4.7 s; `expand` from 3 seeds runs at ~3,400 queries/s on
-one core, and ~50/s when the seeds are hubs with ~150,000 neighbours together (a query touches only
-its seeds' edges, never a neighbour's).
+anchor strings and doc ids. A query touches only its seeds' edges, never a neighbour's, so hub seeds
+are the slow case. Its measured size and speed: docs/results.md.
 
 No Ray here: a Ray driver builds one `LinkGraph` per actor (`load` once, then `expand` per question).
 """
