@@ -107,7 +107,7 @@ class _QueryActor:
 
 def check_inputs(cfg: XHConfig) -> None:
     """The BM25 index and the re-ranker and path scorer (when named) exist: a one-line error otherwise."""
-    from xh.retrieval.paths import SCORER_FILE
+    from xh.retrieval.paths import SCORER_FILE, PathScorer
     from xh.retrieval.rerank import CONFIG_FILE as RERANKER_CONFIG
 
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
@@ -121,6 +121,8 @@ def check_inputs(cfg: XHConfig) -> None:
             fs, path = resolve(join(folder, file), s3)
             if fs.get_file_info(path).type.name == "NotFound":
                 raise FileNotFoundError(f"no {what} at {folder} (missing {file}): train one with `{command}`")
+    if r.path_scorer:
+        PathScorer.load(r.path_scorer, s3)  # a broken file: one line here, not a traceback from every actor
     require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
 
 

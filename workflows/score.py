@@ -37,6 +37,7 @@ from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import parse_question_file, question_files
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
+from xh.retrieval.paths import PathScorer
 from xh.staging import (
     Stages,
     count_rows,
@@ -249,6 +250,8 @@ def run(cfg: XHConfig) -> dict:
     if not sc.input:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
     inputs = question_files(sc.input, s3)
+    if cfg.retrieve.path_scorer:
+        PathScorer.load(cfg.retrieve.path_scorer, s3)  # a broken file: one line here, not from every graph actor
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()

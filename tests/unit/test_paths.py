@@ -1,12 +1,21 @@
 """The path scorer (`xh.retrieval.paths`): candidate pairs and their features, training, saving, and the
 retriever putting the chosen pair first."""
 
+import json
+
 import numpy as np
 import pytest
 
 from xh.config import ConfigError, RetrieveConfig
 from xh.retrieval.candidates import Passages, Retriever
-from xh.retrieval.paths import FEATURES, PathCandidates, PathScorer, path_candidates
+from xh.retrieval.paths import (
+    FEATURES,
+    SCORER_FILE,
+    PathCandidates,
+    PathScorer,
+    PathScorerFileError,
+    path_candidates,
+)
 
 from .test_rerank import _retrieval_parts
 
@@ -128,3 +137,94 @@ def test_a_path_reranker_and_a_path_scorer_are_alternatives(synth_tables):
     docs, parts = _retrieval_parts(synth_tables[0])
     with pytest.raises(ConfigError, match="alternatives"):
         Retriever(*parts, RetrieveConfig(), passages=Passages(docs), path_reranker=object(), path_scorer=object())
+
+
+def _saved_scorer(folder) -> dict:
+    """A small valid scorer saved under `folder`; its file's content."""
+    rng = np.random.default_rng(1)
+    n = len(FEATURES)
+    scorer = PathScorer(
+        mean=np.zeros(n, np.float32),
+        std=np.ones(n, np.float32),
+        w1=rng.normal(size=(n, 4)).astype(np.float32),
+        b1=np.zeros(4, np.float32),
+        w2=rng.normal(size=4).astype(np.float32),
+        b2=0.5,
+    )
+    scorer.save(str(folder))
+    return json.loads((folder / SCORER_FILE).read_text())
+
+
+def _broken(content: dict, **changes) -> str:
+    return json.dumps(content | changes)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda text, c: text[: len(text) // 2], "not JSON"),
+        (lambda text, c: "", "not JSON"),
+        (lambda text, c: "<html>oops</html>", "not JSON"),
+        (lambda text, c: "[1, 2]", "a JSON object expected"),
+        (lambda text, c: _broken(c, w2=[float("nan")] * 4), "w2 holds non-finite values"),
+        (lambda text, c: _broken(c, b2=float("inf")), "b2 holds non-finite values"),
+        (lambda text, c: _broken(c, mean=[1e300] * len(FEATURES)), "mean holds non-finite values"),
+        (lambda text, c: _broken(c, w1=c["w1"][:-1]), f"w1 has shape \\({len(FEATURES) - 1}, 4\\)"),
+        (lambda text, c: _broken(c, w2=[1.0] * 3), "w2 has shape \\(3,\\), expected \\(4,\\)"),
+        (lambda text, c: _broken(c, b1=[[0.0] * 4]), "b1 has shape"),
+        (lambda text, c: _broken(c, w1=[["x"] * 4] * len(FEATURES)), "w1 is not an array of numbers"),
+        (lambda text, c: _broken(c, std=[0.0] * len(FEATURES)), "std holds values <= 0"),
+        (lambda text, c: _broken(c, features=c["features"][:-1]), "trained on other features"),
+        (lambda text, c: json.dumps({k: v for k, v in c.items() if k != "b1"}), "no b1"),
+    ],
+)
+def test_a_broken_path_scorer_file_is_refused_in_one_line_naming_it(tmp_path, damage, message):
+    folder = tmp_path / "scorer"
+    content = _saved_scorer(folder)
+    assert PathScorer.load(str(folder)).b2 == 0.5  # the file as saved loads
+    path = folder / SCORER_FILE
+    path.write_text(damage(path.read_text(), content))
+    with pytest.raises(PathScorerFileError, match=message) as error:
+        PathScorer.load(str(folder))
+    assert str(error.value).startswith(f"{path}: ") and "\n" not in str(error.value)
+
+
+def test_a_scorer_with_nan_weights_is_not_saved(tmp_path):
+    n = len(FEATURES)
+    diverged = PathScorer(np.zeros(n), np.ones(n), np.full((n, 2), np.nan), np.zeros(2), np.ones(2), 0.0)
+    with pytest.raises(ValueError, match="not saving the path scorer .* w1 holds non-finite"):
+        diverged.save(str(tmp_path / "scorer"))
+    assert not (tmp_path / "scorer" / SCORER_FILE).exists()
+
+
+@pytest.mark.parametrize("stage", ["retrieve", "score"])
+def test_a_broken_path_scorer_stops_retrieve_run_and_score_in_one_line_before_ray_starts(
+    stage, tmp_path, capsys, monkeypatch
+):
+    import ray
+
+    from workflows import retrieve, score
+    from workflows.common import main
+
+    # the suite's session cluster may already be up: watch the drivers' own calls instead
+    for module in (retrieve, score):
+        monkeypatch.setattr(module, "init_ray", lambda cfg: pytest.fail("Ray started before the scorer was checked"))
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("Ray started before the scorer was checked"))
+    content = _saved_scorer(tmp_path / "scorer")
+    scorer_file = tmp_path / "scorer" / SCORER_FILE
+    scorer_file.write_text(_broken(content, w2=[float("nan")] * 4))
+    (tmp_path / "index" / "bm25").mkdir(parents=True)
+    (tmp_path / "index" / "bm25" / "manifest.json").write_text("{}")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"qid": "a", "question": "Who directed it?"}) + "\n")
+    argv = [f"storage.root={tmp_path}", f"retrieve.path_scorer={tmp_path / 'scorer'}"]
+    argv += [f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]
+    if stage == "retrieve":
+        argv += ["retrieve.step=run", f"retrieve.questions={tmp_path / 'q.jsonl'}"]
+    else:
+        argv += [f"score.input={tmp_path / 'q.jsonl'}", "score.model=models:/xh@champion"]
+    with pytest.raises(SystemExit) as exit_:
+        main(stage, {"retrieve": retrieve.run, "score": score.run}[stage], argv=[a for s in argv for a in ("--set", s)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {scorer_file}: not a usable path scorer: w2 holds non-finite values (NaN or infinity)"
+    assert not (tmp_path / "m.db").exists() and not (tmp_path / "retrieval").exists()

@@ -36,9 +36,18 @@ from typing import NamedTuple
 
 import numpy as np
 
+from xh.jsonfiles import InputFileError
 from xh.storage import S3Settings, join, open_input, open_output
 
-__all__ = ["FEATURES", "PathCandidates", "PathScorer", "pair_features", "path_candidates", "SCORER_FILE"]
+__all__ = [
+    "FEATURES",
+    "PathCandidates",
+    "PathScorer",
+    "PathScorerFileError",
+    "pair_features",
+    "path_candidates",
+    "SCORER_FILE",
+]
 
 SCORER_FILE = "path_scorer.json"
 _PER_DOC = ("bm25", "rank", "top", "named", "terms")
@@ -217,23 +226,79 @@ class PathScorer:
         return json.dumps(content)
 
     def save(self, uri: str, s3: S3Settings | None = None) -> str:
-        """Writes `<uri>/path_scorer.json`; returns its URI."""
+        """Writes `<uri>/path_scorer.json`; returns its URI. A scorer `load` would refuse (a training that
+        diverged to NaN) is not written."""
         target = join(uri, SCORER_FILE)
+        text = self.to_json()
+        try:
+            self._from_content(json.loads(text))
+        except ValueError as e:
+            raise ValueError(f"not saving the path scorer to {target}: {e}") from None
         with open_output(target, s3) as out:
-            out.write(self.to_json().encode())
+            out.write(text.encode())
         return target
 
     @classmethod
     def load(cls, uri: str, s3: S3Settings | None = None) -> PathScorer:
-        """From a folder holding path_scorer.json (local or s3://)."""
+        """From a folder holding path_scorer.json (local or s3://), checked: a file that is not JSON, names
+        other features, or holds weights of the wrong shape or not finite (a NaN would rank every pair
+        alike) is a `PathScorerFileError`, one line naming the file."""
+        target = join(uri, SCORER_FILE)
         try:
-            with open_input(join(uri, SCORER_FILE), s3) as stream:
-                content = json.loads(stream.read())
+            with open_input(target, s3) as stream:
+                raw = stream.read()
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"no path scorer at {uri} (no {SCORER_FILE}): train one with `xh retrieve paths`"
             ) from None
+        try:
+            content = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise PathScorerFileError(f"{target}: not a path scorer, not JSON ({e})") from None
+        try:
+            return cls._from_content(content)
+        except ValueError as e:
+            raise PathScorerFileError(f"{target}: not a usable path scorer: {e}") from None
+
+    @classmethod
+    def _from_content(cls, content) -> PathScorer:
+        """The scorer a parsed file describes; ValueError saying what is wrong otherwise."""
+        if not isinstance(content, dict):
+            raise ValueError(f"a JSON object expected, found {type(content).__name__}")
         if content.get("features") != list(FEATURES):
-            raise ValueError(f"the path scorer at {uri} was trained on other features: {content.get('features')}")
-        arrays = {k: np.asarray(content[k], np.float32) for k in ("mean", "std", "w1", "b1", "w2")}
-        return cls(**arrays, b2=float(content["b2"]), metrics=content.get("metrics"))
+            raise ValueError(f"trained on other features: {content.get('features')} (this code's: {list(FEATURES)})")
+        missing = [k for k in ("mean", "std", "w1", "b1", "w2", "b2") if k not in content]
+        if missing:
+            raise ValueError(f"no {', '.join(missing)}")
+        arrays = {}
+        for key in ("mean", "std", "w1", "b1", "w2", "b2"):
+            try:
+                with np.errstate(over="ignore"):  # what float32 cannot hold reads as infinity: refused below
+                    arrays[key] = np.asarray(content[key], np.float64).astype(np.float32)
+            except (TypeError, ValueError):
+                raise ValueError(f"{key} is not an array of numbers") from None
+            if not np.isfinite(arrays[key]).all():
+                raise ValueError(f"{key} holds non-finite values (NaN or infinity)")
+        if arrays["b1"].ndim != 1 or not len(arrays["b1"]):
+            raise ValueError(f"b1 has shape {arrays['b1'].shape}, expected (hidden units,)")
+        hidden = len(arrays["b1"])
+        expected = {
+            "mean": (len(FEATURES),),
+            "std": (len(FEATURES),),
+            "w1": (len(FEATURES), hidden),
+            "b1": (hidden,),
+            "w2": (hidden,),
+            "b2": (),
+        }
+        for key, shape in expected.items():
+            if arrays[key].shape != shape:
+                raise ValueError(f"{key} has shape {arrays[key].shape}, expected {shape} ({len(FEATURES)} features)")
+        if (arrays["std"] <= 0).any():
+            raise ValueError("std holds values <= 0")
+        b2 = float(arrays.pop("b2"))
+        metrics = content.get("metrics")
+        return cls(**arrays, b2=b2, metrics=metrics if isinstance(metrics, dict) else None)
+
+
+class PathScorerFileError(InputFileError):
+    """A path scorer file that cannot be used, in one line naming it."""
