@@ -32,7 +32,7 @@ from xh.graph import store
 from xh.graph.build import ShardBuilder, make_plan, route_file, shard_docs, summarize
 from xh.graph.store import read_graphs  # noqa: F401  (still importable from here, as the README says)
 from xh.storage import join, open_output, resolve
-from xh.tables import require_complete, staged
+from xh.tables import GRAPHS, GRAPHS_QUARANTINE, require_complete, staged
 
 ROUTED = "_routed"  # the docs and links routed to each shard, inside the staging output; removed when built
 
@@ -75,7 +75,10 @@ def build(cfg: XHConfig) -> dict:
     # Both folders are built aside and swapped into place, with their `_complete.json`, only when the
     # whole run succeeded: an interrupted build leaves the previous graphs as they were.
     inputs = {"settings": g, "retrieval": p["retrieval"], "tables": p["tables"]}
-    with staged(p["output"], s3, inputs=inputs) as out, staged(p["quarantine"], s3, inputs=inputs) as quarantine:
+    with (
+        staged(p["output"], s3, kind=GRAPHS, stage="graphs", inputs=inputs) as out,
+        staged(p["quarantine"], s3, kind=GRAPHS_QUARANTINE, stage="graphs", inputs=inputs) as quarantine,
+    ):
         summary = _build(cfg, plan, out.uri, quarantine.uri, s3)
         summary.update(output=p["output"], quarantine=p["quarantine"], seconds=round(time.perf_counter() - start, 3))
         with open_output(join(out.uri, "_summary.json"), s3) as f:

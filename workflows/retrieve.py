@@ -36,7 +36,7 @@ from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
 from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, write_manifest
 from xh.storage import join, open_output, resolve
-from xh.tables import require_complete, staged
+from xh.tables import RETRIEVAL, require_complete, staged
 
 
 def _paths(cfg: XHConfig) -> dict[str, str]:
@@ -130,7 +130,7 @@ def _staged_output(cfg: XHConfig):
     """The retrieval folder (questions, quarantine, candidates) is built aside and handed on whole."""
     r = cfg.retrieve
     inputs = {"questions": r.questions, "index": _paths(cfg)["index"], "reranker": r.reranker, "settings": r}
-    return staged(_paths(cfg)["output"], s3_settings(cfg), inputs=inputs)
+    return staged(_paths(cfg)["output"], s3_settings(cfg), kind=RETRIEVAL, stage="retrieve", inputs=inputs)
 
 
 def run_candidates(cfg: XHConfig) -> dict:

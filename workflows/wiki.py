@@ -25,7 +25,7 @@ from collections.abc import Callable
 from workflows.common import init_ray, log, main, s3_settings
 from xh.config import XHConfig
 from xh.storage import join, open_output
-from xh.tables import staged
+from xh.tables import WIKI_TABLES, staged
 from xh.wiki import process
 
 
@@ -58,7 +58,7 @@ def run(cfg: XHConfig) -> dict:
     output = wiki.output or join(cfg.storage.root, "tables")
     files = process.input_files(wiki.inputs, wiki.format, s3)
     # built in a staging sibling, swapped into place with its `_complete.json` only when whole
-    with staged(output, s3, inputs={"format": wiki.format, "files": files}) as stage:
+    with staged(output, s3, kind=WIKI_TABLES, stage="wiki", inputs={"format": wiki.format, "files": files}) as stage:
         summary = _process(cfg, files, stage.uri, s3)
         summary["output"] = output
         with open_output(join(stage.uri, "_summary.json"), s3) as f:

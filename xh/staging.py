@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 
 from xh import schemas
-from xh.storage import S3Settings, join, list_files, resolve
+from xh.storage import S3Settings, join, list_files, list_paths, resolve
+from xh.tables import ForeignFolderError
 
 DONE = "_SUCCESS"
 FINGERPRINT = "_FINGERPRINT"
@@ -93,8 +94,9 @@ def fingerprint(inputs: Sequence[str], settings: dict, s3: S3Settings | None) ->
 class Stages:
     """The stages of one run under `staging`: each runs unless a finished copy is there already.
 
-    With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings, or of
-    unknown ones, is cleared first, and the fingerprint is written there (`_FINGERPRINT`)."""
+    With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings is cleared
+    first, and the fingerprint is written there (`_FINGERPRINT`); a non-empty folder without one is refused
+    (`ForeignFolderError`), never cleared."""
 
     def __init__(
         self,
@@ -120,6 +122,12 @@ class Stages:
                     found = f.read().decode()
             if found == digest:
                 return
+            if found is None and list_paths(fs, path):
+                # the fingerprint is the first file of this project's staging: without it, not ours to delete
+                raise ForeignFolderError(
+                    f"{self.staging} holds files but no {FINGERPRINT}: not staging of this project, refusing to "
+                    "delete them; move them away"
+                )
             self.discarded = True
         empty_folder(self.staging, self.s3)
         with fs.open_output_stream(marker, compression=None) as out:

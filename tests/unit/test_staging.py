@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 
-from xh.staging import DONE, Stages, fingerprint
+import pytest
+
+from workflows.common import USER_ERRORS
+from xh.staging import DONE, FINGERPRINT, Stages, fingerprint
+from xh.tables import ForeignFolderError
 
 
 def _finish(staging, name: str) -> None:
@@ -26,11 +30,19 @@ def test_staging_of_the_same_fingerprint_is_resumed_and_staging_of_another_is_di
     assert other.discarded and not (staging / "parse").exists()
 
 
-def test_staging_without_a_fingerprint_is_never_resumed(tmp_path):
+def test_a_folder_without_a_fingerprint_is_never_resumed_nor_deleted(tmp_path):
     staging = tmp_path / "staging"
-    _finish(staging, "parse")  # left by a run that wrote no fingerprint
-    assert Stages(str(staging), None, fingerprint="aaa").discarded
-    assert not (staging / "parse").exists()
+    _finish(staging, "parse")  # files with no fingerprint: not staging this project wrote
+    with pytest.raises(ForeignFolderError) as error:
+        Stages(str(staging), None, fingerprint="aaa")
+    assert "\n" not in str(error.value) and FINGERPRINT in str(error.value)
+    assert isinstance(error.value, USER_ERRORS)  # one line, exit 2
+    assert (staging / "parse" / DONE).exists()
+    # an empty folder (a run killed before it wrote its fingerprint) is taken
+    (staging / "parse" / DONE).unlink()
+    (staging / "parse").rmdir()
+    Stages(str(staging), None, fingerprint="aaa")
+    assert (staging / FINGERPRINT).read_text() == "aaa"
 
 
 def test_the_fingerprint_changes_with_an_input_file_and_with_the_settings(tmp_path):

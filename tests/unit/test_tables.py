@@ -2,12 +2,18 @@
 
 import bz2
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from workflows.common import USER_ERRORS
 from xh.tables import (
+    GRAPHS,
     MARKER,
+    OWNER,
+    WIKI_TABLES,
     ForeignFolderError,
     IncompleteTableError,
     read_marker,
@@ -24,7 +30,7 @@ def _write_table(folder, rows: int, tag: str) -> None:
 
 def test_a_staged_table_appears_whole_with_its_marker(tmp_path):
     target = tmp_path / "graphs"
-    with staged(str(target), inputs={"q": "a.json"}) as stage:
+    with staged(str(target), kind=GRAPHS, inputs={"q": "a.json"}) as stage:
         _write_table(tmp_path / stage.uri, 3, "new")
         assert not target.exists()  # nothing handed on while it is being written
         stage.rows = 3
@@ -36,12 +42,12 @@ def test_a_staged_table_appears_whole_with_its_marker(tmp_path):
 
 def test_a_run_that_fails_midway_leaves_the_previous_table_and_its_marker(tmp_path):
     target = tmp_path / "tables"
-    with staged(str(target)) as stage:
+    with staged(str(target), kind=GRAPHS) as stage:
         _write_table(tmp_path / stage.uri, 2000, "old")
         stage.rows = 2000
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    with pytest.raises(RuntimeError, match="killed"), staged(str(target)) as stage:
+    with pytest.raises(RuntimeError, match="killed"), staged(str(target), kind=GRAPHS) as stage:
         _write_table(tmp_path / stage.uri, 1500, "new")
         raise RuntimeError("killed midway")
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
@@ -63,14 +69,14 @@ def test_an_output_folder_holding_user_files_is_never_deleted(tmp_path):
     user = tmp_path / "thesis"
     user.mkdir()
     (user / "chapter1.tex").write_text("precious")
-    with pytest.raises(ForeignFolderError) as error, staged(str(user)) as stage:
+    with pytest.raises(ForeignFolderError) as error, staged(str(user), kind=GRAPHS) as stage:
         pytest.fail(f"the run started writing to {stage.uri}")
     assert "\n" not in str(error.value) and "refusing" in str(error.value)
     assert isinstance(error.value, USER_ERRORS)
     assert (user / "chapter1.tex").read_text() == "precious"
     # an empty folder, or one the project marked, is replaced
     (tmp_path / "empty").mkdir()
-    with staged(str(tmp_path / "empty")) as stage:
+    with staged(str(tmp_path / "empty"), kind=GRAPHS) as stage:
         stage.rows = 0
     assert read_marker(str(tmp_path / "empty"))["rows"] == 0
 
@@ -100,3 +106,127 @@ def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monk
         process.process_in_process("hotpot", files, out, partitions=2)
     assert {p: p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file()} == before
     assert require_complete(out)["rows"] == 2
+
+
+def _wiki_tables(tmp_path) -> tuple[str, dict]:
+    """Real wiki tables at <tmp>/tables, and their files' bytes."""
+    out = str(tmp_path / "tables")
+    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "dump", ["Alpha", "Beta"]), out, partitions=2)
+    return out, _files(tmp_path / "tables")
+
+
+def _files(folder) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_the_marker_names_its_table_kind_and_stage(tmp_path):
+    out, _ = _wiki_tables(tmp_path)
+    marker = require_complete(out)
+    assert marker["kind"] == WIKI_TABLES and marker["stage"] == "wiki"
+    assert not (tmp_path / "tables" / OWNER).exists()  # the staging proof does not travel with the table
+
+
+def test_an_output_pointed_at_another_kind_of_table_is_refused_and_the_table_kept(tmp_path):
+    out, before = _wiki_tables(tmp_path)
+    with pytest.raises(ForeignFolderError) as error, staged(out, kind=GRAPHS, stage="graphs") as stage:
+        pytest.fail(f"the run started writing to {stage.uri}")
+    message = str(error.value)
+    assert "\n" not in message and "wiki tables" in message and "refusing" in message
+    assert _files(tmp_path / "tables") == before
+    # a table of its own kind is replaced as before
+    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "b", ["Gamma"]), out, partitions=2)
+    assert require_complete(out)["rows"] == 1
+
+
+def test_an_output_inside_another_table_or_over_an_unknown_kind_is_refused(tmp_path):
+    out, before = _wiki_tables(tmp_path)
+    with (
+        pytest.raises(ForeignFolderError, match=r"lies inside the wiki tables of `wiki`"),
+        staged(f"{out}/graphs", kind=GRAPHS),
+    ):
+        pytest.fail("started writing inside the wiki tables")
+    assert _files(tmp_path / "tables") == before
+    legacy = tmp_path / "legacy"
+    _write_table(legacy, 3, "old")
+    (legacy / MARKER).write_text(json.dumps({"rows": 3, "written_at": "2026-01-01T00:00:00Z", "inputs": "x"}))
+    with pytest.raises(ForeignFolderError, match="names no kind"), staged(str(legacy), kind=GRAPHS):
+        pytest.fail("replaced a table of unknown kind")
+    assert (legacy / "part-00000.parquet").read_text() == "old:3"
+
+
+def test_the_graphs_stage_pointed_at_the_wiki_tables_exits_2_in_one_line_and_keeps_them(tmp_path):
+    """The issue's probe: `graphs.output=<root>/tables` replaced the wiki tables with one graphs file, exit 0."""
+    out, before = _wiki_tables(tmp_path)
+    questions = tmp_path / "questions.json"
+    questions.write_text("[]")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflows.graphs",
+            "--set",
+            f"storage.root={tmp_path}",
+            "--set",
+            f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
+            "--set",
+            "graphs.setting=distractor",
+            "--set",
+            f"graphs.questions={questions}",
+            "--set",
+            f"graphs.output={out}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RAY_TMPDIR": str(tmp_path / "ray")},
+    )
+    assert result.returncode == 2, result.stderr
+    # (MLflow's own lines about creating its database may come first: the error is one line, no traceback)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "wiki tables" in errors[0] and "Traceback" not in result.stderr, result.stderr
+    assert _files(tmp_path / "tables") == before
+
+
+def test_a_staging_sibling_the_project_did_not_write_is_refused_and_kept(tmp_path):
+    target = tmp_path / "graphs"
+    foreign = tmp_path / ".graphs.staging"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(ForeignFolderError) as error, staged(str(target), kind=GRAPHS):
+        pytest.fail("started over a foreign staging folder")
+    assert "\n" not in str(error.value) and OWNER in str(error.value)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    # a leftover of a killed run of this kind carries its proof and is cleared
+    (foreign / "notes.txt").unlink()
+    (foreign / OWNER).write_text(json.dumps({"kind": GRAPHS, "target": str(target)}))
+    (foreign / "part-00000.parquet").write_text("half")
+    with staged(str(target), kind=GRAPHS) as stage:
+        assert not (tmp_path / stage.uri / "part-00000.parquet").exists()
+        stage.rows = 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["graphs"]
+    # one of another kind (or for another target) is not ours to delete
+    foreign.mkdir()
+    (foreign / OWNER).write_text(json.dumps({"kind": WIKI_TABLES, "target": str(target)}))
+    with pytest.raises(ForeignFolderError), staged(str(target), kind=GRAPHS):
+        pytest.fail("deleted another kind's staging folder")
+    assert (foreign / OWNER).exists()
+
+
+def test_an_old_sibling_is_deleted_only_with_our_marker_and_restored_after_a_kill_between_renames(tmp_path):
+    target, old = tmp_path / "graphs", tmp_path / ".graphs.old"
+    old.mkdir()
+    (old / "notes.txt").write_text("mine")
+    with pytest.raises(ForeignFolderError, match="refusing to delete"), staged(str(target), kind=GRAPHS):
+        pytest.fail("started over a foreign .old folder")
+    assert (old / "notes.txt").read_text() == "mine"
+    (old / "notes.txt").unlink()
+    old.rmdir()
+
+    with staged(str(target), kind=GRAPHS) as stage:
+        _write_table(tmp_path / stage.uri, 5, "first")
+        stage.rows = 5
+    target.rename(old)  # killed after renaming the table aside, before renaming the new one in
+    with pytest.raises(RuntimeError, match="killed"), staged(str(target), kind=GRAPHS):
+        raise RuntimeError("killed again")
+    assert (target / "part-00000.parquet").read_text() == "first:5" and read_marker(str(target))["rows"] == 5
+    assert not old.exists()

@@ -402,9 +402,9 @@ def process_in_process(
 
     Written to a staging sibling and swapped into place with its `_complete.json` (`xh.tables.staged`):
     a run that fails leaves the previous tables as they were."""
-    from xh.tables import staged
+    from xh.tables import WIKI_TABLES, staged
 
-    with staged(output, s3, inputs={"format": fmt, "files": files}) as stage:
+    with staged(output, s3, kind=WIKI_TABLES, stage="wiki", inputs={"format": fmt, "files": files}) as stage:
         summary = _process_all(fmt, files, stage.uri, partitions, rows_per_file, s3)
         stage.rows = summary["docs"]
     return summary
