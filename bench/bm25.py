@@ -12,8 +12,12 @@ queries: the file's questions. Every system gets the same token lists from `xh.r
     latency_ms_p50    one query per call, median
     qps_rank_bm25     `BM25Okapi.get_scores` + `np.argsort` (how its users take a top 10), per query
     qps_bm25s         `bm25s.BM25.retrieve` (top 10, all queries in one call, its default numpy backend)
+    qps_bm25s_numba   the same with bm25s's numba backend (one thread, as the others), where numba is
+                      installed (`pip install -e '.[bench]'`); its JIT compile is left to the warm-up
     ratio             qps_project / qps_rank_bm25       (target >= 500)
     ratio_vs_bm25s    qps_project / qps_bm25s           (target >= 1.0)
+    ratio_vs_bm25s_numba  qps_project / qps_bm25s_numba
+    bm25s_numba_same_top10  on every run, the numba backend's top-10 scores are the numpy backend's (1e-6)
     top10_identical   on every run, the project's top 10 is rank-bm25's for every query checked, ties aware: same
                       length, scores within 1e-6 of rank-bm25's sorted scores, and every returned
                       document's rank-bm25 score within 1e-6 of the score returned
@@ -24,12 +28,15 @@ queries: the file's questions. Every system gets the same token lists from `xh.r
 The three systems are measured `--runs` times (default 5) in one process, each run checked for exact
 scores; the throughputs and ratios are reported as min and median over the runs (and the ratios per
 run), since other work on the machine moves them. Within a run, the fast systems' timed sections are
-repeated (`--repeat`) and the best kept. bm25s is a benchmark-only dependency (`pip install bm25s`).
+repeated (`--repeat`) and the best kept. bm25s and numba are benchmark-only dependencies (the `bench`
+extra).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import platform
 import statistics
@@ -127,13 +134,28 @@ def main() -> None:
     peer.index(tokens, show_progress=False)
     peer_queries = [q if q else [""] for q in queries]  # bm25s wants a token in every query
     peer.retrieve(peer_queries[:20], k=k, show_progress=False)  # warm-up
+    numba_peer = None
+    if importlib.util.find_spec("numba") is not None:  # bm25s's faster backend, where numba installs
+        numba_peer = bm25s.BM25(method="robertson", backend="numba")
+        numba_peer.index(tokens, show_progress=False)
+        numba_peer.retrieve(peer_queries, k=k, show_progress=False)  # warm-up: its JIT compiles here
     reference = BM25Okapi(tokens)  # rank-bm25: the reference; slow, so timed once per run over the queries it checks
     checked = queries if args.rank_bm25_queries is None else queries[: args.rank_bm25_queries]
 
     def one_run() -> dict:
         """One measurement of all three systems, and the exact-scores check of this run's results."""
         project_seconds, results = best_of(args.repeat, lambda: shard.search(queries, k))
-        bm25s_seconds, _ = best_of(args.repeat, lambda: peer.retrieve(peer_queries, k=k, show_progress=False))
+        bm25s_seconds, numpy_hits = best_of(args.repeat, lambda: peer.retrieve(peer_queries, k=k, show_progress=False))
+        numba = {}
+        if numba_peer is not None:
+            numba_seconds, numba_hits = best_of(
+                args.repeat, lambda: numba_peer.retrieve(peer_queries, k=k, show_progress=False)
+            )
+            numba = {
+                "qps_bm25s_numba": len(queries) / numba_seconds,
+                "ratio_vs_bm25s_numba": len(queries) / project_seconds / (len(queries) / numba_seconds),
+                "numba_same": bool(np.all(np.abs(numba_hits.scores - numpy_hits.scores) <= TOLERANCE)),
+            }
         identical, strict, rank_seconds = 0, 0, 0.0
         for q, result in zip(checked, results):
             start = time.perf_counter()
@@ -153,6 +175,7 @@ def main() -> None:
             "ratio_vs_bm25s": qps_project / (len(queries) / bm25s_seconds),
             "identical": identical,
             "strict": strict,
+            **numba,
         }
 
     runs = [one_run() for _ in range(args.runs)]
@@ -193,7 +216,22 @@ def main() -> None:
                 "bytes_per_doc": round(bytes_per_doc, 1),
                 "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
                 "frequent_terms": len(shard.frequent_terms),
-                "bm25s": {"version": bm25s.__version__, "method": "robertson", "backend": peer.backend},
+                **(
+                    {
+                        "qps_bm25s_numba": spread("qps_bm25s_numba", 1),
+                        "ratio_vs_bm25s_numba": spread("ratio_vs_bm25s_numba", 2),
+                        "ratio_vs_bm25s_numba_per_run": [round(r["ratio_vs_bm25s_numba"], 2) for r in runs],
+                        "bm25s_numba_same_top10": all(r["numba_same"] for r in runs),
+                    }
+                    if numba_peer is not None
+                    else {"qps_bm25s_numba": "numba not installed"}
+                ),
+                "bm25s": {
+                    "version": bm25s.__version__,
+                    "method": "robertson",
+                    "backends": [peer.backend, *([numba_peer.backend] if numba_peer is not None else [])],
+                    "numba": importlib.metadata.version("numba") if numba_peer is not None else None,
+                },
                 "python": platform.python_version(),
             }
         )
