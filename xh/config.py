@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -480,6 +481,10 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, not {type(loaded).__name__}")
         tree = loaded
+    # MLFLOW_TRACKING_URI (what infra/submit.sh hands a job) names the tracking store over the file;
+    # a `--set mlflow.tracking_uri=...` still wins over it (xh.tracking)
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        _set_dotted(tree, "mlflow.tracking_uri", os.environ["MLFLOW_TRACKING_URI"])
     for item in overrides:
         _set_dotted(tree, *parse_override(item))
     try:

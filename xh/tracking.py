@@ -10,18 +10,27 @@
 
 Every run is opened by `stage_run`; `TrainingRun` is the one a Ray Train worker loop keeps open.
 The embedded default is a SQLite store under `runs/mlflow/` (MLflow 3 has no file store); a
-deployment points `mlflow.tracking_uri` at an `mlflow server`.
+deployment points `mlflow.tracking_uri` at an `mlflow server`. Where runs go, first match wins:
+`--set mlflow.tracking_uri=...`, the environment's `MLFLOW_TRACKING_URI`, the config file, the default
+(`xh.config.load_config`). A Ray job runs in a temporary copy of the code, so a relative SQLite store
+there is refused: its runs would be lost with the copy.
+
+Credentials never go into a run: user info in a tracking URI (`http://user:password@host`) is moved to
+MLflow's `MLFLOW_TRACKING_USERNAME` / `MLFLOW_TRACKING_PASSWORD` of this process, MLflow is given the URI
+without it (MLflow prints that one in "View run at ..."), and logged parameters are `redact`ed.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from xh.config import MlflowConfig, XHConfig, flatten
+from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
 from xh.storage import S3Settings, is_s3
 
 
@@ -29,15 +38,61 @@ def _artifact_uri(location: str) -> str:
     return location if is_s3(location) or "://" in location else Path(location).resolve().as_uri()
 
 
+# user info in a URI (`scheme://user:password@host`), and query parameters named like secrets
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&][^=&#\s]*(?:token|secret|password|signature|credential|key)[^=&#\s]*=)[^&#\s]*", re.I
+)
+
+
+def redact(value):
+    """A value with the credentials inside URIs replaced by `***` (other values as they are)."""
+    if not isinstance(value, str):
+        return value
+    return _SECRET_QUERY.sub(r"\g<key>***", _USERINFO.sub(r"\g<scheme>***@", value))
+
+
+def tracking_uri_without_credentials(uri: str) -> tuple[str, str | None, str | None]:
+    """`http://user:pw@host:5000/x` -> (`http://host:5000/x`, "user", "pw"); a URI without user info as it is."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri, None, None
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, sep, password = userinfo.partition(":")
+    return urlunsplit(parts._replace(netloc=host)), unquote(user) or None, unquote(password) if sep else None
+
+
+def in_ray_job() -> bool:
+    """True in the driver of a `ray job submit` job (Ray sets this variable there)."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
 def configure(cfg: MlflowConfig, s3: S3Settings | None = None) -> str:
     """Point MLflow at the tracking store and experiment of `cfg`; return the experiment id."""
     import mlflow
 
-    if cfg.tracking_uri.startswith("sqlite:///"):
-        Path(cfg.tracking_uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    uri, user, password = tracking_uri_without_credentials(cfg.tracking_uri)
+    if uri.startswith("sqlite:///"):
+        if in_ray_job() and not uri.startswith("sqlite:////"):
+            raise ConfigError(
+                f"mlflow.tracking_uri {uri} is relative, and a Ray job runs in a temporary copy of the code: its "
+                "runs would be lost; set MLFLOW_TRACKING_URI (or mlflow.tracking_uri) to a tracking server"
+            )
+        Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = user
+    if password is not None:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = password
     # MLflow's S3 artifact client reads its endpoint from the environment.
     os.environ.update((s3 or S3Settings.from_env()).env())
-    mlflow.set_tracking_uri(cfg.tracking_uri)
+    # set_tracking_uri also exports MLFLOW_TRACKING_URI, which `load_config` reads as the user's choice:
+    # the environment is left as the user (or the job) set it.
+    launched_with = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    if launched_with is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = launched_with
     experiment = mlflow.get_experiment_by_name(cfg.experiment)
     if experiment is not None:
         return experiment.experiment_id
@@ -125,7 +180,7 @@ def stage_run(
     run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name or stage, nested=nested)
     try:
         mlflow.set_tags({"stage": stage, **environment_tags(), **(tags or {})})
-        mlflow.log_params({**flatten(cfg, stage), **(params or {})})
+        mlflow.log_params({k: redact(v) for k, v in {**flatten(cfg, stage), **(params or {})}.items()})
     except Exception:
         mlflow.end_run("FAILED")
         raise
