@@ -34,7 +34,7 @@ from xh.questions import read_hotpot_questions
 from xh.retrieval.bm25 import CorpusStats
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
-from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, write_manifest
+from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, staged_index, write_manifest
 from xh.storage import join, open_output, resolve
 from xh.tables import RETRIEVAL, require_complete, staged
 
@@ -50,16 +50,33 @@ def _paths(cfg: XHConfig) -> dict[str, str]:
 
 def build_index(cfg: XHConfig) -> dict:
     """The docs table -> BM25 shards (one Ray Data task per doc range, twice) and the manifest."""
-    import ray
-    import ray.data
-
     s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
-    require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
-    init_ray(cfg)
+    tables = require_complete(paths["tables"], s3, "wiki tables", hint=": run `xh wiki process` first")
     start = time.perf_counter()
     ranges = doc_ranges(join(paths["tables"], "docs"), r.shards, s3)
     if not ranges or not sum(g["num_docs"] for g in ranges):
         raise FileNotFoundError(f"no documents under {paths['tables']}/docs: run `xh wiki process` first")
+    # built aside and swapped in whole: a killed rebuild leaves the previous index as it was
+    inputs = {"tables": paths["tables"], "tables_marker": tables, "shards": r.shards, "titles": r.index_titles}
+    with staged_index(paths["index"], s3, inputs=inputs) as stage:  # refuses a folder it may not replace
+        init_ray(cfg)
+        stats, shards = _build_index(cfg, ranges, stage.uri)
+        stage.rows = stats.num_docs
+    return {
+        "index": paths["index"],
+        "docs": stats.num_docs,
+        "shards": len(shards),
+        "vocabulary": len(stats.doc_freqs),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+
+
+def _build_index(cfg: XHConfig, ranges: list[dict], index_uri: str) -> tuple[CorpusStats, list[dict]]:
+    """The shards and manifest of `ranges` under `index_uri` (a staging folder); returns (stats, shard entries)."""
+    import ray
+    import ray.data
+
+    s3, paths, r = s3_settings(cfg), _paths(cfg), cfg.retrieve
     log(
         "retrieve",
         f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {paths['index']}",
@@ -77,17 +94,9 @@ def build_index(cfg: XHConfig) -> dict:
 
     stats = CorpusStats.merge(CorpusStats(**part) for part in over_ranges(partial_stats))
     stats_ref = ray.put(stats)
-    shards = over_ranges(
-        lambda doc_range: build_shard(doc_range, ray.get(stats_ref), paths["index"], r.index_titles, s3)
-    )
-    write_manifest(paths["index"], stats, shards, paths["tables"], r.index_titles, s3)
-    return {
-        "index": paths["index"],
-        "docs": stats.num_docs,
-        "shards": len(shards),
-        "vocabulary": len(stats.doc_freqs),
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+    shards = over_ranges(lambda doc_range: build_shard(doc_range, ray.get(stats_ref), index_uri, r.index_titles, s3))
+    write_manifest(index_uri, stats, shards, paths["tables"], r.index_titles, s3)
+    return stats, shards
 
 
 class _QueryActor:

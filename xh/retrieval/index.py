@@ -7,8 +7,10 @@ was built from, and its shards with their doc ranges) and one folder per shard, 
 
     ranges = doc_ranges("runs/demo/tables/docs", shards=4)                 # contiguous doc ranges
     stats = CorpusStats.merge(range_stats(r, index_titles=True) for r in ranges)
-    entries = [build_shard(r, stats, "runs/demo/index/bm25", index_titles=True) for r in ranges]
-    write_manifest("runs/demo/index/bm25", stats, entries, docs_uri="runs/demo/tables", index_titles=True)
+    with staged_index("runs/demo/index/bm25", inputs={...}) as stage:     # built aside, swapped in whole
+        entries = [build_shard(r, stats, stage.uri, index_titles=True) for r in ranges]
+        write_manifest(stage.uri, stats, entries, docs_uri="runs/demo/tables", index_titles=True)
+        stage.rows = stats.num_docs
 
 Reading it:
 
@@ -16,7 +18,9 @@ Reading it:
     corpus_snapshot("runs/demo/index/bm25", s3)             # "<uri> docs=2000 analyzer=xh-analyzer/1:..."
 
 Every shard is built from the statistics of the whole corpus, so the shards together score exactly
-like one index (`xh.retrieval.bm25`).
+like one index (`xh.retrieval.bm25`). A rebuild writes the new index beside the old one and swaps it in
+with its `_complete.json` (`xh.tables.staged`): a rebuild that fails or is killed leaves the previous
+index whole, never old shards mixed with new ones.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import pyarrow.parquet as pq
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats
 from xh.storage import S3Settings, join, list_files, open_input, open_output, resolve
+from xh.tables import BM25_INDEX, staged
 
 INDEX_MANIFEST = "manifest.json"
 
@@ -97,6 +102,11 @@ def build_shard(
     path = shard_path(int(doc_range["shard"]))
     shard.save(join(index_uri, path), s3)
     return {"path": path, "doc_start": shard.doc_start, "doc_stop": shard.doc_stop}
+
+
+def staged_index(index_uri: str, s3: S3Settings | None = None, inputs: object = None):
+    """`xh.tables.staged` for an index: build shards and manifest under `stage.uri`, set `stage.rows`."""
+    return staged(index_uri, s3, kind=BM25_INDEX, stage="retrieve", inputs=inputs)
 
 
 def write_manifest(
