@@ -3,11 +3,12 @@
 #
 #   RAY_ADDRESS=http://127.0.0.1:8265 infra/submit.sh synth --config configs/demo.yaml --set storage.root=s3://bucket/xh
 #
-# The repository is shipped as the job's working directory (minus local state and data); S3 and
-# MLflow *settings* (endpoints, region, credential file paths) travel as environment variables of the
-# job. Secrets never do: a job's runtime env is readable by every token holder (`ray job list`, the
-# dashboard). Jobs find credentials on the cluster: workload identity (IRSA, instance profiles) or a
-# credentials file mounted on the nodes. Ray 2.60 clusters use token authentication.
+# The repository's tracked files are shipped as the job's working directory (never local state, data or
+# credential files); S3 and MLflow *settings* (endpoints, region, credential file paths) travel as
+# environment variables of the job. Secrets never do, by name or inside a value (a URI's user info): a
+# job's runtime env and entrypoint are readable by every token holder (`ray job list`, the dashboard).
+# Jobs find credentials on the cluster: workload identity (IRSA, instance profiles) or a credentials file
+# mounted on the nodes. Ray 2.60 clusters use token authentication.
 set -euo pipefail
 
 usage() {
@@ -16,6 +17,8 @@ usage: infra/submit.sh STAGE [--config FILE] [--set SECTION.KEY=VALUE ...]
 
 Runs `python -m workflows.STAGE ARGS...` on the Ray cluster at $RAY_ADDRESS as a Ray job, with
 this repository as the job's working directory, and waits for it (exit status 0: SUCCEEDED).
+In a git checkout only tracked files are uploaded; credential files (aws-credentials, .env, *.pem, ...)
+never are. MLFLOW_TRACKING_URI, when set, is where the job's runs go (over the config file).
 
 Environment:
   RAY_ADDRESS          the cluster's dashboard address, e.g. http://127.0.0.1:8265 (required)
@@ -32,7 +35,8 @@ MLFLOW_TRACKING_USERNAME, and the names in XH_JOB_ENV.
 
 Never passed, even when named in XH_JOB_ENV (refused): AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 AWS_SESSION_TOKEN MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN, or any name containing SECRET,
-PASSWORD, TOKEN or KEY. Anyone holding the cluster token can read a job's environment
+PASSWORD, TOKEN or KEY. A value or an argument with a credential inside a URI (http://user:pw@host,
+?token=...) is refused too. Anyone holding the cluster token can read a job's environment
 (`ray job list`), so the cluster must find its own credentials: an IAM role for the service account
 (IRSA) or the node's instance profile, or files on the nodes named by AWS_SHARED_CREDENTIALS_FILE
 (a mounted secret) and ~/.mlflow/credentials (MLflow's own file, [mlflow] section).
@@ -65,8 +69,16 @@ fi
 # The runtime env (environment variables and excludes) goes in a file only this user can read.
 runtime_env=$(umask 077 && mktemp "${TMPDIR:-/tmp}/xh-runtime-env.XXXXXX")
 trap 'rm -f "$runtime_env"' EXIT
-XH_JOB_ENV=${XH_JOB_ENV:-} python3 - "$runtime_env" <<'PY'
-import json, os, sys
+XH_JOB_ENV=${XH_JOB_ENV:-} python3 - "$runtime_env" "$working_dir" "$@" <<'PY'
+import json, os, re, subprocess, sys
+
+runtime_env_file, working_dir, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+
+
+def refuse(message):
+    print(f"submit.sh: {message}", file=sys.stderr)
+    sys.exit(2)
+
 
 names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
          "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_PROFILE", "MLFLOW_TRACKING_URI",
@@ -74,17 +86,50 @@ names = ["AWS_ENDPOINT_URL", "XH_S3_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_RE
 extra = os.environ["XH_JOB_ENV"].split()
 secret = [n for n in extra if any(w in n.upper() for w in ("SECRET", "PASSWORD", "TOKEN", "KEY"))]
 if secret:
-    print(f"submit.sh: XH_JOB_ENV names secrets ({' '.join(secret)}): a job's environment is readable by every "
-          "token holder; give the cluster credentials through IRSA/instance profiles or a mounted file", file=sys.stderr)
-    sys.exit(2)
+    refuse(f"XH_JOB_ENV names secrets ({' '.join(secret)}): a job's environment is readable by every "
+           "token holder; give the cluster credentials through IRSA/instance profiles or a mounted file")
 env_vars = {name: os.environ[name] for name in names + extra if os.environ.get(name)}
-runtime_env = {
-    "env_vars": env_vars,
-    # local state, caches and data never travel with the code: stages read their inputs from storage
-    "excludes": [".git/", ".venv/", "/runs/", "/mlruns/", "/demo-output/", "build/", "*.egg-info/",
-                 "__pycache__/", "*.pyc", ".pytest_cache/", "*.parquet", "*.bz2"],
-}
-with open(sys.argv[1], "w") as f:
+
+# A credential inside a value (http://user:password@host, ?token=...) is as readable as one in its own
+# variable: by every token holder (`ray job list`, the jobs API) and in Ray's session logs. Never shown.
+userinfo = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@")
+secret_query = re.compile(r"[?&][^=&#\s]*(token|secret|password|signature|credential|key)[^=&#\s]*=", re.I)
+hint = ("put credentials in files on the cluster (~/.mlflow/credentials, a mounted AWS credentials file) "
+        "or use IRSA/instance profiles")
+for name, value in env_vars.items():
+    if userinfo.search(value) or secret_query.search(value):
+        refuse(f"{name} holds a credential inside a URI: a job's environment is readable by every token "
+               f"holder; {hint}")
+for position, arg in enumerate(args, 1):
+    if userinfo.search(arg) or secret_query.search(arg):
+        refuse(f"argument {position} holds a credential inside a URI: a job's entrypoint is readable by every "
+               f"token holder; {hint}")
+
+# Credential files never travel, tracked or not; local state, caches and data neither: stages read their
+# inputs from storage.
+excludes = [".git/", ".venv/", "/runs/", "/mlruns/", "/demo-output/", "build/", "*.egg-info/",
+            "__pycache__/", "*.pyc", ".pytest_cache/", "*.parquet", "*.bz2",
+            "aws-credentials", "credentials", "*.credentials", ".env", ".env.*", "*.env", ".aws/", ".mlflow/",
+            ".ray/", ".netrc", "auth_token", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ed25519*"]
+# In a git checkout only tracked files travel: every untracked file or folder (ignored or not) is excluded
+# by its own anchored pattern.
+try:
+    untracked = subprocess.run(["git", "-C", working_dir, "ls-files", "-z", "--others", "--directory"],
+                               capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
+except (OSError, subprocess.SubprocessError):
+    untracked = []  # not a git checkout (an unpacked release, an image): the patterns above only
+# A config file the job reads from its working directory travels even when untracked (yours to check).
+configs = [a.split("=", 1)[1] if a.startswith("--config=") else b for a, b in zip(args, args[1:] + [""])
+           if a.startswith("--config=") or a == "--config"]
+for path in untracked:
+    inside = [c for c in configs if path.endswith("/") and os.path.normpath(c).startswith(path)]
+    if inside:
+        refuse(f"--config {inside[0]} lies in the untracked folder {path}, which is not uploaded; move it or git add it")
+untracked = [p for p in untracked if p and os.path.normpath(p) not in {os.path.normpath(c) for c in configs}]
+excludes += ["/" + re.sub(r"([\\*?\[\]!# ])", r"\\\1", path) for path in untracked]
+
+runtime_env = {"env_vars": env_vars, "excludes": excludes}
+with open(runtime_env_file, "w") as f:
     json.dump(runtime_env, f)  # JSON is YAML: `ray job submit --runtime-env` reads it as is
 PY
 

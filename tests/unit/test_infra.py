@@ -184,7 +184,8 @@ def test_every_entrypoint_names_a_module_of_this_repository():
         assert path.is_file(), f"entrypoint {entrypoint!r}: {path.relative_to(ROOT)} does not exist"
 
 
-def test_rayjobs_run_on_the_project_cluster_with_the_config_mounted_on_its_head():
+def test_rayjobs_run_on_the_project_cluster_with_the_config_mounted_on_its_head(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # it would name the tracking server (xh.tracking)
     cluster = _one("RayCluster")
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]
     volumes = {v["name"]: v for v in head["volumes"]}
@@ -591,3 +592,106 @@ def test_submit_sh_refuses_to_pass_secrets_named_in_xh_job_env(tmp_path):
     }
     done = _submit(["synth"], env, tmp_path)
     assert done.returncode == 2 and "names secrets" in done.stderr and "s3cr3t" not in done.stderr + done.stdout
+
+
+def _fake_ray(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in `ray` on PATH that records its argv and the runtime env file it was given."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    record = tmp_path / "record.json"
+    fake_ray = bin_dir / "ray"
+    fake_ray.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\nargv = sys.argv[1:]\n"
+        "env_file = argv[argv.index('--runtime-env') + 1]\n"
+        f"json.dump({{'argv': argv, 'runtime_env': json.load(open(env_file))}}, open({str(record)!r}, 'w'))\n"
+    )
+    fake_ray.chmod(0o755)
+    return bin_dir, record
+
+
+def test_submit_sh_refuses_credentials_inside_values_and_arguments_without_showing_them(tmp_path):
+    bin_dir, record = _fake_ray(tmp_path)
+    secret = "pw-for-the-test-0451"
+    base = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "http://head:8265",
+        "RAY_AUTH_TOKEN": "t",
+    }
+    cases = [
+        (
+            {"MLFLOW_TRACKING_URI": f"http://alice:{secret}@mlflow:5000"},
+            ["synth"],
+            "MLFLOW_TRACKING_URI holds a credential",
+        ),
+        ({"AWS_ENDPOINT_URL": f"https://s3.example/?X-Amz-Signature={secret}"}, ["synth"], "AWS_ENDPOINT_URL holds"),
+        ({"MY_URL": f"https://{secret}@git.example/x", "XH_JOB_ENV": "MY_URL"}, ["synth"], "MY_URL holds a credential"),
+        ({}, ["synth", "--set", f"mlflow.tracking_uri=http://alice:{secret}@mlflow:5000"], "argument 2 holds"),
+        ({}, ["synth", "--set", f"storage.root=s3://b/x?session_token={secret}"], "argument 2 holds"),
+    ]
+    for env, args, message in cases:
+        done = _submit(args, base | env, tmp_path)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and secret not in done.stdout + done.stderr
+        assert not record.exists(), "ray was called"
+    # a URI without credentials still travels
+    done = _submit(
+        ["synth", "--set", "storage.root=s3://b/x"], base | {"MLFLOW_TRACKING_URI": "http://mlflow:5000"}, tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(record.read_text())["runtime_env"]["env_vars"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+
+
+def _uploaded(working_dir: Path, excludes: list[str]) -> set[str]:
+    """The files Ray's own packaging puts in a job's working_dir package for these excludes."""
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    files: set[str] = set()
+
+    def handler(path: Path) -> None:
+        if path.is_file():
+            files.add(str(path.relative_to(working_dir)))
+
+    _dir_travel(working_dir, [_get_excludes(working_dir, excludes)], handler, include_gitignore=True)
+    return files
+
+
+def test_submit_sh_uploads_only_tracked_files_and_never_a_credential_file(tmp_path):
+    """A checkout with untracked credential files (the README's `aws-credentials`, a `.env`), an untracked
+    folder and an untracked config named by --config: only tracked files and that config are uploaded."""
+    bin_dir, record = _fake_ray(tmp_path)
+    checkout = tmp_path / "checkout"
+    (checkout / "workflows").mkdir(parents=True)
+    (checkout / "workflows" / "synth.py").write_text("print('synth')\n")
+    (checkout / "configs").mkdir()
+    (checkout / "configs" / "demo.yaml").write_text("synth: {}\n")
+    (checkout / "tracked.env").write_text("tracked but credential-like\n")
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
+    for untracked in ["aws-credentials", ".env", "notes/todo.txt", "workflows/scratch.py", "my run.yaml", "x[1].txt"]:
+        (checkout / untracked).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / untracked).write_text("untracked\n")
+    (checkout / "configs" / "mine.yaml").write_text("synth: {}\n")
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "RAY_ADDRESS": "http://head:8265",
+        "RAY_AUTH_TOKEN": "t",
+        "XH_WORKING_DIR": str(checkout),
+    }
+    done = _submit(["synth", "--config", "configs/mine.yaml"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    excludes = json.loads(record.read_text())["runtime_env"]["excludes"]
+    assert _uploaded(checkout, excludes) == {"workflows/synth.py", "configs/demo.yaml", "configs/mine.yaml"}
+
+    # not a git checkout: the credential patterns still hold
+    shutil.rmtree(checkout / ".git")
+    done = _submit(["synth"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    uploaded = _uploaded(checkout, json.loads(record.read_text())["runtime_env"]["excludes"])
+    assert not {"aws-credentials", ".env", "tracked.env"} & uploaded and "notes/todo.txt" in uploaded
+
+    # a config inside an untracked folder is refused in one line rather than left behind
+    subprocess.run([*git, "init", "-q"], check=True)
+    done = _submit(["synth", "--config", "notes/todo.txt"], env, tmp_path)
+    assert done.returncode == 2 and "untracked folder" in done.stderr and len(done.stderr.splitlines()) == 1
