@@ -204,8 +204,7 @@ def make_tiny_backbone(tmp_path_factory, minilm_path):
         make_tiny_backbone()                              # 3 layers x 32, 2 heads
         make_tiny_backbone(layers=2, max_positions=128)
     """
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from xh.backbones import random_backbone
 
     folders: dict[tuple, str] = {}
 
@@ -213,19 +212,7 @@ def make_tiny_backbone(tmp_path_factory, minilm_path):
         key = (layers, hidden, heads, max_positions)
         if key not in folders:
             folder = tmp_path_factory.mktemp(f"tiny-bert-{layers}x{hidden}")
-            tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-            config = BertConfig(
-                vocab_size=tokenizer.vocab_size,
-                hidden_size=hidden,
-                num_hidden_layers=layers,
-                num_attention_heads=heads,
-                intermediate_size=2 * hidden,
-                max_position_embeddings=max_positions,
-            )
-            torch.manual_seed(0)
-            BertModel(config).save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
-            folders[key] = str(folder)
+            folders[key] = random_backbone(folder, minilm_path, layers, hidden, heads, 2 * hidden, max_positions)
         return folders[key]
 
     return make

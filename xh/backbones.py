@@ -70,3 +70,33 @@ def cached_download(uri: str, s3: S3Settings | None = None) -> str:
         if not (target / ".complete").exists():
             raise
     return str(target)
+
+
+def random_backbone(
+    folder: str | Path,
+    tokenizer_from: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    intermediate: int | None = None,
+    max_positions: int = 512,
+) -> str:
+    """A randomly initialised BERT of the given size, saved as a `from_pretrained` folder with the tokenizer
+    of `tokenizer_from`: speed depends on the size, not the weights, so throughput runs and tests need no
+    pretrained download (BERT-base: 12 layers x 768, 12 heads; all-MiniLM-L6-v2: 6 x 384, 12 heads). `intermediate`: the feed-forward width, BERT's 4 x hidden by default."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_from)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=intermediate or 4 * hidden,
+        max_position_embeddings=max_positions,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

@@ -174,20 +174,31 @@ def log_progress(step: int, total: int, loss: float, graphs: int, window_s: floa
     return line
 
 
-def epoch_figures(stats: BatchStats, prefetched: Prefetcher, seconds: float) -> dict[str, float]:
+def epoch_figures(stats: BatchStats, prefetched: Prefetcher, seconds: float, device) -> dict[str, float]:
     """Per epoch (what this worker ran of it): the encoder's distinct input shapes (a GPU plans each new
-    one), real / computed tokens, and the share of the time the step loop waited for its next batch."""
-    return {
+    one), real / computed tokens, the share of the time the step loop waited for its next batch, the
+    epoch's wall time, batches and real tokens (so later epochs give a throughput without the first one's
+    shape planning), and on a GPU the peak memory allocated so far."""
+    import torch
+
+    figures = {
         "distinct_step_shapes": len(stats.shapes),
         "real_token_fraction": stats.real_token_fraction,
         "encode_wait_fraction": prefetched.wait_seconds / max(seconds, 1e-9),
+        "epoch_seconds": seconds,
+        "epoch_batches": stats.batches,
+        "epoch_real_tokens": stats.real_tokens,
     }
+    if device.type == "cuda":
+        figures["gpu_memory_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return figures
 
 
 def train_loop_per_worker(config: dict) -> None:
     import mlflow
     import ray.train
     import ray.train.torch
+    import torch
 
     cfg = XHConfig.model_validate(config["cfg"])
     plan = StepPlan(**config["plan"])
@@ -214,8 +225,9 @@ def train_loop_per_worker(config: dict) -> None:
         optimizer, scheduler = adamw_with_warmup(
             parameter_groups(model, train), plan.total_steps, train.warmup_fraction
         )
-    # Not every head gets a loss in every batch (answer type only for comparison questions).
-    ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": True})
+    # Every parameter gets a gradient in every step (each architecture's loss touches all its outputs,
+    # `tests/unit/test_train_ddp.py`), so DDP need not walk the autograd graph again for unused ones.
+    ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": False})
 
     nodes = _worker_nodes(context.get_world_size())
     tracking = None
@@ -332,7 +344,11 @@ def train_loop_per_worker(config: dict) -> None:
                 checkpoint_and_report(final=False)
         prefetched.close()
         if tracking is not None and epoch_stats.batches:
-            tracking.log(progress.step, epoch_figures(epoch_stats, prefetched, time.perf_counter() - epoch_start))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the epoch's time includes its last steps' kernels
+            tracking.log(
+                progress.step, epoch_figures(epoch_stats, prefetched, time.perf_counter() - epoch_start, device)
+            )
         if not done:
             progress.epoch += 1
             progress.batches_in_epoch = 0

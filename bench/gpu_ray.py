@@ -1,0 +1,347 @@
+"""Benchmark: the project's own stages through Ray on one GPU machine, in one prepared run.
+
+    python bench/gpu_ray.py --device cuda --tokenizer TOKENIZER_FOLDER --out DIR   # the lent GPU (see docs)
+    .venv/bin/python bench/gpu_ray.py --device cpu                                 # tiny sizes, a few minutes
+
+It runs, in one process and one local Ray cluster: `synth` (a generated world, so no data has to travel),
+`wiki`, `retrieve` (BM25 index, path scorer trained on the world's training questions, retrieval), `graphs`,
+then `train` on Ray Train (V2; `train.use_gpu=true`, NCCL and bf16 autocast on CUDA) once per
+configuration below, each with a randomly initialised backbone of the named size (speed depends on the
+size, not the weights), then `promote` of the first configuration's model to `@champion` and `score` of
+the held-out questions with model actors on the GPU, against the same registered model in a plain loop
+(`xh.pipeline.Pipeline`) on the same device.
+
+Training configurations (name: backbone, batching, hop layers):
+
+    bert-base/tokens/k3   the main run: registered, promoted and scored
+    bert-base/tokens/k0   the same batches without hop attention (K=3/K=0 step time)
+    bert-base/graphs/k3   padded batches (`train.batching=graphs`) against token batches
+    minilm/tokens/k3, minilm/tokens/k0, minilm/graphs/k3
+
+Figures per training run come from its MLflow run (`xh.train.loop.epoch_figures`): real tokens/s and the
+step time of the later epochs (the first one plans every new shape), the first and later epoch time,
+the real-token fraction, distinct encoder shapes an epoch and the GPU memory peak. One JSON line per
+measurement on stdout, then a Markdown table; with --out, `gpu_ray.json` holds all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# layers, hidden, heads: the sizes on the GPU, and the tiny ones a CPU check runs in minutes
+SIZES = {
+    "cuda": {"bert-base": (12, 768, 12), "minilm": (6, 384, 12)},
+    "cpu": {"bert-base": (3, 64, 2), "minilm": (3, 32, 2)},  # hop attention needs 3 layers
+}
+RUNS = [
+    "bert-base/tokens/k3",
+    "bert-base/tokens/k0",
+    "bert-base/graphs/k3",
+    "minilm/tokens/k3",
+    "minilm/tokens/k0",
+    "minilm/graphs/k3",
+]
+WORLD = {  # synth sizes and training settings per device
+    "cuda": dict(
+        docs=4000, questions=1500, epochs=3, node_tokens=256, batch_tokens=32768, batch_graphs=16, cpus=12, encode=4
+    ),
+    "cpu": dict(
+        docs=400, questions=100, epochs=2, node_tokens=128, batch_tokens=2048, batch_graphs=4, cpus=2, encode=0
+    ),
+}
+REGISTERED = "xh-gpu"
+
+
+def emit(record: dict, records: list[dict]) -> None:
+    records.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def versions(device: str) -> dict:
+    import mlflow
+    import ray
+    import torch
+    import transformers
+
+    gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
+    return {
+        "name": "versions",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ray": ray.__version__,
+        "mlflow": mlflow.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "gpu": gpu,
+        "cpus": os.cpu_count(),
+    }
+
+
+def base_config(work: Path, device: str, world: dict) -> list[str]:
+    return [
+        f"storage.root={work / 'root'}",
+        f"mlflow.tracking_uri=sqlite:///{work / 'mlflow.db'}",
+        f"mlflow.artifact_location={work / 'artifacts'}",
+        "mlflow.experiment=xh-gpu-ray",
+        f"ray.num_cpus={world['cpus']}",
+        f"synth.num_docs={world['docs']}",
+        f"synth.num_questions={world['questions']}",
+        "synth.num_claims=0",
+        "synth.fever_pages=false",
+        f"synth.docs_per_shard={max(500, world['docs'] // 8)}",
+        f"retrieve.workers={max(1, world['cpus'] // 4)}",
+        f"graphs.workers={max(1, world['cpus'] // 4)}",
+        f"model.max_node_tokens={world['node_tokens']}",
+        f"train.epochs={world['epochs']}",
+        f"train.use_gpu={'true' if device == 'cuda' else 'false'}",
+        "train.bf16=true",
+        f"train.cpus_per_worker={4 if device == 'cuda' else 1}",
+        f"train.encode_processes={world['encode']}",
+        f"train.batch_tokens={world['batch_tokens']}",
+        f"train.batch_graphs={world['batch_graphs']}",
+        f"train.eval_batch_graphs={world['batch_graphs'] * 2}",
+        "train.keep_checkpoints=1",
+        "train.lr=5e-5",
+        "train.hop_lr=5e-4",
+        "train.log_every=0",
+        "promote.floor=1e-6",  # random backbones, briefly trained: any answer at all promotes
+        "promote.min_delta=0",
+    ]
+
+
+def build_world(cfg, records: list[dict]) -> None:
+    """synth -> wiki -> retrieve (index, path scorer, run) -> graphs, as `make demo` runs them."""
+    from workflows import demo, graphs, retrieve, synth, wiki
+
+    steps = [
+        ("synth", lambda c: synth.run(c)),
+        ("wiki", lambda c: wiki.run(demo._wiki_config(c))),
+        ("retrieve_paths", lambda c: demo.train_path_scorer(c)),
+    ]
+    for name, step in steps:
+        start = time.perf_counter()
+        summary = step(cfg)
+        emit({"name": f"stage/{name}", "seconds": round(time.perf_counter() - start, 2)}, records)
+    cfg = demo._with_rankers(cfg, None, summary["output"])
+    for name, step in [("retrieve", lambda c: retrieve.run(demo._retrieve_config(c))), ("graphs", graphs.run)]:
+        start = time.perf_counter()
+        summary = step(cfg)
+        figures = {"graphs": summary["graphs"]} if name == "graphs" else {}
+        emit({"name": f"stage/{name}", "seconds": round(time.perf_counter() - start, 2), **figures}, records)
+    return cfg
+
+
+def epoch_history(run_id: str) -> list[dict]:
+    """The run's per-epoch figures (`xh.train.loop.epoch_figures`), in epoch order."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    keys = ("epoch_seconds", "epoch_batches", "epoch_real_tokens", "real_token_fraction", "distinct_step_shapes")
+    keys += ("gpu_memory_peak_gib",)
+    columns = {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)] for k in keys}
+    return [dict(zip(columns, values)) for values in zip(*(v for v in columns.values() if v))]
+
+
+def train_figures(name: str, summary: dict, seconds: float) -> dict:
+    epochs = epoch_history(summary["mlflow_run_id"])
+    later = epochs[1:] or epochs
+    tokens, wall = sum(e["epoch_real_tokens"] for e in later), sum(e["epoch_seconds"] for e in later)
+    batches = sum(e["epoch_batches"] for e in later)
+    return {
+        "name": f"train/{name}",
+        "seconds": round(seconds, 2),
+        "steps": summary["step"],
+        "epochs": len(epochs),
+        "real_tokens_per_s": round(tokens / wall),
+        "step_s": round(wall / batches, 4),
+        "real_token_fraction": round(statistics.mean(e["real_token_fraction"] for e in epochs), 3),
+        "distinct_shapes_per_epoch": max(int(e["distinct_step_shapes"]) for e in epochs),
+        "first_epoch_s": round(epochs[0]["epoch_seconds"], 2),
+        "later_epoch_s": round(statistics.mean(e["epoch_seconds"] for e in later), 2),
+        "gpu_memory_peak_gib": round(max((e.get("gpu_memory_peak_gib", 0.0) for e in epochs), default=0.0), 2),
+        "dev_f1": round(summary["metrics"].get("dev_f1", 0.0), 4),
+    }
+
+
+def train_runs(cfg, runs: list[str], backbones: dict[str, str], records: list[dict]) -> dict:
+    """Each configuration through `workflows.train.run` (Ray Train); the first is registered."""
+    from workflows import train
+
+    outcomes = {}
+    for i, name in enumerate(runs):
+        size, batching, hops = name.split("/")
+        update = {
+            "model": cfg.model.model_copy(update={"backbone": backbones[size], "hop_layers": int(hops[1:])}),
+            "train": cfg.train.model_copy(
+                update={
+                    "batching": batching,
+                    "run_name": name.replace("/", "-"),
+                    "register_as": REGISTERED if i == 0 else None,
+                    "attention_figures": i == 0,
+                }
+            ),
+        }
+        start = time.perf_counter()
+        summary = train.run(cfg.model_copy(update=update))
+        outcomes[name] = summary
+        emit(train_figures(name, summary, time.perf_counter() - start), records)
+    return outcomes
+
+
+def ratios(records: list[dict]) -> list[dict]:
+    """K=3 over K=0 step time, and token batches over padded ones, per backbone size."""
+    by_name = {r["name"]: r for r in records}
+    out = []
+    for size in ("bert-base", "minilm"):
+        k3, k0, padded = (by_name.get(f"train/{size}/{x}") for x in ("tokens/k3", "tokens/k0", "graphs/k3"))
+        row = {"name": f"ratio/{size}"}
+        if k3 and k0:
+            row["k3_over_k0_step_s"] = round(k3["step_s"] / k0["step_s"], 3)
+        if k3 and padded:
+            row["tokens_over_padded_real_tokens_per_s"] = round(
+                k3["real_tokens_per_s"] / padded["real_tokens_per_s"], 3
+            )
+        if len(row) > 1:
+            out.append(row)
+    return out
+
+
+def promote_and_score(cfg, device: str, records: list[dict]) -> None:
+    """`@challenger` promoted on the held-out graphs, then the held-out questions scored by model actors
+    (a GPU each on CUDA) against the champion in a plain loop on the same device."""
+    from workflows import demo, retrieve, score
+    from xh.pipeline import Pipeline, settings_of
+    from xh.storage import join, open_output
+
+    train_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"register_as": REGISTERED})})
+    start = time.perf_counter()
+    promoted = demo.promote_challenger(train_cfg)
+    emit(
+        {"name": "promote", "seconds": round(time.perf_counter() - start, 2), "promoted": promoted["promoted"]}, records
+    )
+
+    questions, _ = demo._held_out(cfg)
+    incoming = join(cfg.storage.root, "incoming")
+    rows = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
+    with open_output(join(incoming, "held-out.jsonl")) as out:
+        out.write("".join(json.dumps(r) + "\n" for r in rows).encode())
+    # below the floor no champion exists: the challenger is scored instead (said in the record)
+    alias = "champion" if promoted["promoted"] else "challenger"
+    model = f"models:/{REGISTERED}@{alias}"
+    update = {"input": incoming, "model": model, "use_gpu": device == "cuda", "batch_graphs": 32}
+    start = time.perf_counter()
+    summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
+    project_s = time.perf_counter() - start
+
+    start = time.perf_counter()
+    retrieval, graph = settings_of(cfg)
+    paths = retrieve._paths(cfg)  # the index and tables retrieval used
+    pipeline = Pipeline.load(
+        index=paths["index"], tables=paths["tables"], retrieval=retrieval, graph=graph, model=model, batch_graphs=32
+    )
+    loaded = time.perf_counter()
+    answered = 0
+    for i in range(0, len(rows), 64):
+        answered += len(pipeline(rows[i : i + 64])[0])
+    loop_s = time.perf_counter() - loaded
+    emit(
+        {
+            "name": "score",
+            "model": model,
+            "questions": len(rows),
+            "predictions": summary["predictions"],
+            "use_gpu": summary.get("use_gpu"),
+            "project_qps": round(summary["predictions"] / project_s, 2),
+            "plain_loop_qps": round(answered / (loaded - start + loop_s), 2),
+            "plain_loop_steady_qps": round(answered / loop_s, 2),
+            "ratio": round((summary["predictions"] / project_s) / (answered / (loaded - start + loop_s)), 3),
+            "project_seconds": round(project_s, 2),
+            "plain_loop_load_s": round(loaded - start, 2),
+        },
+        records,
+    )
+
+
+def table(records: list[dict]) -> str:
+    lines = [
+        "| run | real tokens/s | step s | real-token fraction | shapes/epoch | first / later epoch s | GPU peak GiB |"
+    ]
+    lines.append("|---|---|---|---|---|---|---|")
+    for r in records:
+        if r["name"].startswith("train/"):
+            lines.append(
+                f"| {r['name'][6:]} | {r['real_tokens_per_s']:,} | {r['step_s']} | {r['real_token_fraction']} | "
+                f"{r['distinct_shapes_per_epoch']} | {r['first_epoch_s']} / {r['later_epoch_s']} | "
+                f"{r['gpu_memory_peak_gib']} |"
+            )
+    others = [r for r in records if not r["name"].startswith(("train/", "stage/"))]
+    lines += ["", *(f"- {json.dumps(r)}" for r in others)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the offline MiniLM's)")
+    parser.add_argument(
+        "--runs", nargs="+", default=RUNS, choices=RUNS, help="training configurations, first registered"
+    )
+    parser.add_argument("--docs", type=int, default=None, help="the world's documents (default: per device)")
+    parser.add_argument("--questions", type=int, default=None, help="the world's questions (default: per device)")
+    parser.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
+    parser.add_argument("--out", default=None, help="folder for gpu_ray.json")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+    import ray
+
+    from workflows.common import configure_logging, init_ray
+    from xh.backbones import random_backbone, resolve_backbone
+    from xh.config import load_config
+
+    configure_logging(-1)
+    work = Path(args.work or tempfile.mkdtemp(prefix="xh-gpu-ray-"))
+    world = WORLD[args.device] | {k: v for k, v in (("docs", args.docs), ("questions", args.questions)) if v}
+    records: list[dict] = []
+    started = time.perf_counter()
+    emit(versions(args.device), records)
+    tokenizer = args.tokenizer or resolve_backbone(None)
+    sizes = {run.split("/")[0] for run in args.runs}
+    backbones = {s: random_backbone(work / "backbones" / s, tokenizer, *SIZES[args.device][s]) for s in sizes}
+    first_size = args.runs[0].split("/")[0]
+    cfg = load_config(None, [*base_config(work, args.device, world), f"model.backbone={backbones[first_size]}"])
+    joined = ray.is_initialized()  # a caller's cluster (a test's) is kept; one started here is stopped
+    init_ray(cfg)
+    try:
+        cfg = build_world(cfg, records)
+        train_runs(cfg, args.runs, backbones, records)
+        for row in ratios(records):
+            emit(row, records)
+        promote_and_score(cfg, args.device, records)
+    finally:
+        if not joined:
+            ray.shutdown()
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    emit({"name": "total", "seconds": round(time.perf_counter() - started, 1)}, records)
+    print(table(records))
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "gpu_ray.json").write_text(json.dumps(records, indent=1))
+    return records
+
+
+if __name__ == "__main__":
+    main()
