@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from workflows.common import USER_ERRORS, configure_logging
+from workflows.common import USER_ERRORS, check_before_ray, configure_logging
 from xh.config import ConfigError, XHConfig, load_config, stage_dict
 
 app = typer.Typer(
@@ -60,6 +60,7 @@ def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra
     """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
     try:
         cfg = load_config(config, [*(overrides or []), *extra])  # a config error before the stage's imports (torch)
+        check_before_ray(cfg, stage)
         run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
         summary = run(cfg)
     except USER_ERRORS as e:

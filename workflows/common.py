@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from xh.config import ConfigError, XHConfig, from_argv
+from xh.config import STAGES, ConfigError, XHConfig, check_demo_only, from_argv, storage_uris
 from xh.jsonfiles import InputFileError
 from xh.storage import S3Settings, StorageSettingsError
 
@@ -70,6 +70,16 @@ def s3_settings(cfg: XHConfig) -> S3Settings:
     return S3Settings.from_env(endpoint_url=cfg.storage.s3_endpoint_url, region=cfg.storage.s3_region)
 
 
+def check_before_ray(cfg: XHConfig, stage: str) -> None:
+    """What a stage can refuse before any work (one line, exit 2): `auto` outside the demo, and each s3://
+    location it reads without an S3 endpoint configured (the demo's: every section's). URI schemes and
+    dates are checked when the config is read (`xh.config.load_config`)."""
+    check_demo_only(cfg, stage)
+    settings = s3_settings(cfg)
+    for _, uri in storage_uris(cfg, None if stage == "demo" else STAGES.get(stage)):
+        settings.require_endpoint(uri)
+
+
 def init_ray(cfg: XHConfig) -> None:
     """Join the configured cluster, or start a local one in-process; a driver already connected is kept."""
     import ray
@@ -112,7 +122,9 @@ def main(
     verbosity, argv = split_verbosity(argv)
     configure_logging(verbosity)
     try:
-        summary = run(from_argv(argv, prog=f"python -m workflows.{stage}"))
+        cfg = from_argv(argv, prog=f"python -m workflows.{stage}")
+        check_before_ray(cfg, stage)
+        summary = run(cfg)
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
@@ -454,7 +455,7 @@ def parse_override(item: str) -> tuple[str, Any]:
         raise ConfigError(f"override {item!r} is not of the form section.key=value")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a date YAML cannot build (2026-02-30)
         value = raw
     return key.strip(), value
 
@@ -478,6 +479,8 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
             loaded = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        except ValueError as e:  # a value YAML reads but cannot build, e.g. the date 2026-02-30
+            raise ConfigError(f"config file {path} holds a value that is not valid: {e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of sections, not {type(loaded).__name__}")
         tree = loaded
@@ -488,9 +491,72 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     for item in overrides:
         _set_dotted(tree, *parse_override(item))
     try:
-        return XHConfig.model_validate(tree)
+        cfg = XHConfig.model_validate(tree)
     except ValidationError as e:
         raise ConfigError(_one_line(e)) from None
+    check_schemes(cfg)
+    return cfg
+
+
+# URI schemes a setting may use. Settings not named here are storage locations (`xh.storage`): a local
+# path, file:// or s3://; these others name a service. Checked when the config is read, before any work.
+STORAGE_SCHEMES = ("file", "s3")
+SERVICE_SCHEMES: dict[str, tuple[str, ...]] = {
+    # MLflow's tracking stores; a database URI may name its driver (postgresql+psycopg2://)
+    "mlflow.tracking_uri": ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks"),
+    "mlflow.artifact_location": (*STORAGE_SCHEMES, "mlflow-artifacts"),
+    "storage.s3_endpoint_url": ("http", "https"),
+    "ray.address": ("ray", "http", "https"),
+}
+MODEL_URIS = ("score.model",)  # MLflow model URIs (models:/name@alias), checked by their stage
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def _settings(cfg: XHConfig, sections: Sequence[str] | None = None) -> Iterator[tuple[str, str]]:
+    """(dotted key, value) of every string setting (each item of a list) of `sections` (default: all)."""
+    for name in sections or type(cfg).model_fields:
+        for key, value in getattr(cfg, name):
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, str):
+                    yield f"{name}.{key}", item
+
+
+def check_schemes(cfg: XHConfig) -> None:
+    """A one-line `ConfigError` for a URI whose scheme its setting cannot use (`storage.root=http://...`)."""
+    for key, value in _settings(cfg):
+        found = _SCHEME.match(value)
+        if found is None or key in MODEL_URIS:
+            continue
+        scheme, allowed = found.group(1).lower(), SERVICE_SCHEMES.get(key, STORAGE_SCHEMES)
+        if scheme.split("+")[0] not in allowed:
+            use = ", ".join(f"{s}://" for s in allowed) if key in SERVICE_SCHEMES else "a local path, file:// or s3://"
+            # the scheme only: the rest of a URI may hold credentials
+            raise ConfigError(f"config key {key!r}: unsupported URI scheme {scheme}:// (use {use})")
+
+
+def storage_uris(cfg: XHConfig, sections: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    """(dotted key, value) of the s3:// locations of `sections` (default: all): each needs an S3 endpoint."""
+    return [
+        (key, value)
+        for key, value in _settings(cfg, sections)
+        if value.startswith("s3://") and "s3" in SERVICE_SCHEMES.get(key, STORAGE_SCHEMES)
+    ]
+
+
+# Settings whose value `auto` only the demo understands: it trains that model first and uses it.
+DEMO_AUTO = ("retrieve.reranker", "retrieve.path_scorer", "graphs.sentence_reranker")
+
+
+def check_demo_only(cfg: XHConfig, stage: str) -> None:
+    """`auto` outside the demo: a one-line `ConfigError`, not a model folder named `auto` looked for later."""
+    if stage == "demo":
+        return
+    for key, value in _settings(cfg, stage_sections(stage)):
+        if key in DEMO_AUTO and value == "auto":
+            raise ConfigError(
+                f"{key}=auto is only understood by the demo (`xh demo` trains that model first); "
+                f"for `{stage}` give a trained model's folder, or leave it unset"
+            )
 
 
 def stage_sections(stage: str) -> tuple[str, ...]:

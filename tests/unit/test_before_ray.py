@@ -1,0 +1,133 @@
+"""Bad settings are refused in one line with exit code 2 before Ray starts: impossible dates, URI schemes a
+setting cannot use, s3:// without an endpoint, and the demo's `auto` outside the demo."""
+
+from __future__ import annotations
+
+import bz2
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from workflows.common import check_before_ray
+from xh.config import ConfigError, load_config
+from xh.storage import StorageSettingsError
+from xh.wiki import process
+
+ROOT = Path(__file__).resolve().parents[2]
+# what would give the stages an S3 endpoint, AWS or a tracking store other than the one a case sets
+_ENV_DROPPED = ("AWS_", "XH_S3_", "MLFLOW_", "RAY_ADDRESS")
+
+
+@pytest.fixture
+def ray_tmp():
+    folder = tempfile.mkdtemp(prefix="xhray", dir="/tmp")  # short: Ray's socket paths have a length limit
+    yield Path(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stage(stage: str, *args: str, cwd: Path, ray_tmp: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROPPED)}
+    env.update(RAY_TMPDIR=str(ray_tmp), HOME=str(cwd))  # HOME: no ~/.aws of the machine's user
+    return subprocess.run(
+        [sys.executable, "-m", f"workflows.{stage}", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+def _wiki_tables(root: Path) -> None:
+    dump = root / "dump"
+    dump.mkdir(parents=True)
+    line = json.dumps({"id": "1", "title": "Alpha", "text": ["Alpha is a page."], "text_with_links": ["Alpha."]})
+    (dump / "wiki_00.bz2").write_bytes(bz2.compress(line.encode()))
+    process.process_in_process("hotpot", [str(dump / "wiki_00.bz2")], str(root / "tables"), partitions=1)
+
+
+@pytest.mark.parametrize(
+    "stage, args, message",
+    [
+        ("score", ["--set", "score.run_date=2026-02-30"], "error: config key 'score.run_date'"),
+        ("wiki", ["--set", "storage.root=http://example.invalid/xh"], "error: config key 'storage.root': unsupported"),
+        ("graphs", ["--set", "mlflow.tracking_uri=bogus://x"], "error: config key 'mlflow.tracking_uri': unsupported"),
+        ("wiki", ["--set", "wiki.inputs=[gs://bucket/dump]"], "error: config key 'wiki.inputs': unsupported"),
+        (
+            "score",
+            ["--config", str(ROOT / "configs" / "demo.yaml"), "--set", "score.input={questions}"],
+            "error: retrieve.path_scorer=auto is only",
+        ),
+        (
+            "retrieve",
+            ["--set", "retrieve.step=index", "--set", "retrieve.index=s3://bucket/index"],
+            "error: s3://bucket/index: no S3 endpoint configured",
+        ),
+    ],
+)
+def test_bad_settings_exit_2_in_one_line_before_ray_starts(stage, args, message, tmp_path, ray_tmp):
+    _wiki_tables(tmp_path / "world")  # complete inputs, so that only the bad setting can stop the stage
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"qid": "q1", "question": "Who wrote Alpha?"}) + "\n")
+    args = [a.format(questions=questions) for a in args]
+    result = _stage(stage, "--set", f"storage.root={tmp_path / 'world'}", *args, cwd=tmp_path, ray_tmp=ray_tmp)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert not list(ray_tmp.iterdir()), "Ray was started"
+
+
+def test_an_impossible_date_in_a_config_file_is_one_line(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("score:\n  run_date: 2026-02-30\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(config)
+    assert "\n" not in str(error.value) and str(error.value).startswith(f"config file {config}")
+    assert load_config(None, ["score.run_date=2026-02-28"]).score.run_date.isoformat() == "2026-02-28"
+
+
+def test_schemes_each_setting_may_use_pass():
+    cfg = load_config(
+        None,
+        [
+            "storage.root=s3://bucket/xh",
+            "mlflow.tracking_uri=postgresql+psycopg2://db.example/mlflow",
+            "mlflow.artifact_location=mlflow-artifacts://host/a",
+            "storage.s3_endpoint_url=http://127.0.0.1:9000",
+            "ray.address=ray://head:10001",
+            "wiki.inputs=[file:///data/dump, s3://b/dump, local/dump]",
+        ],
+    )
+    assert cfg.storage.root == "s3://bucket/xh"
+
+
+def test_s3_locations_need_an_endpoint_only_in_the_sections_a_stage_reads(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(_ENV_DROPPED):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, ["train.storage_path=s3://bucket/checkpoints"])
+    with pytest.raises(StorageSettingsError, match=r"^s3://bucket/checkpoints: no S3 endpoint configured"):
+        check_before_ray(cfg, "train")
+    with pytest.raises(StorageSettingsError):
+        check_before_ray(cfg, "demo")  # the demo runs every stage
+    check_before_ray(cfg, "wiki")  # wiki never reads train.storage_path
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    check_before_ray(cfg, "train")
+
+
+def test_auto_is_the_demos_alone():
+    cfg = load_config(ROOT / "configs" / "demo.yaml")
+    check_before_ray(cfg, "demo")
+    for stage in ("score", "retrieve"):
+        with pytest.raises(ConfigError, match=r"retrieve.path_scorer=auto is only understood by the demo"):
+            check_before_ray(cfg, stage)
+    check_before_ray(cfg, "wiki")  # does not read the retrieve section
+    with pytest.raises(ConfigError, match="graphs.sentence_reranker=auto"):
+        check_before_ray(load_config(None, ["graphs.sentence_reranker=auto"]), "graphs")
