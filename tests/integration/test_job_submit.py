@@ -192,3 +192,74 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
     assert len(json.loads((world / "hotpot" / "questions.json").read_text())) == 8
     assert json.loads((world / "truth" / "summary.json").read_text())["num_docs"] == 60
     print(f"\nsubmit.sh synth: {seconds:.1f}s from submission to SUCCEEDED")
+
+
+# What every stage does with its config and MLflow (`workflows.common.main`, `xh.tracking.stage_run`).
+PROBE = '''"""Test probe: one MLflow run the way every stage opens one."""
+import mlflow
+
+from workflows.common import main
+from xh.tracking import stage_run
+
+
+def run(cfg):
+    with stage_run(cfg, "synth") as active:
+        return {"run_id": active.info.run_id, "tracking_uri": mlflow.get_tracking_uri()}
+
+
+if __name__ == "__main__":
+    main("synth", run)  # the synth stage's config sections
+'''
+
+
+def test_submit_sh_job_runs_go_to_mlflow_tracking_uri_and_no_credential_file_is_uploaded(
+    job_cluster, mlflow_server, tmp_path
+):
+    """A checkout with the README's `aws-credentials` and a `.env` lying untracked in it: neither reaches the
+    cluster; the job's run goes to the MLFLOW_TRACKING_URI given to submit.sh, not to the config's SQLite file."""
+    url, token_file, work = job_cluster
+    checkout = tmp_path / "checkout"
+    tracked = (
+        subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
+    for path in filter(None, tracked):
+        if (ROOT / path).is_file():
+            (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, checkout / path)
+    (checkout / "workflows" / "tracking_probe.py").write_text(PROBE)
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "copy"], check=True)
+    (checkout / "aws-credentials").write_text(f"[default]\naws_secret_access_key = {SECRET}\n")
+    (checkout / ".env").write_text(f"MLFLOW_TRACKING_PASSWORD={SECRET}\n")
+
+    submission_id = f"xh-test-{uuid.uuid4().hex[:8]}"
+    env = _base_env(token_file) | {
+        "RAY_ADDRESS": url,
+        "MLFLOW_TRACKING_URI": mlflow_server,
+        "XH_WORKING_DIR": str(checkout),
+        "XH_SUBMIT_OPTS": f"--submission-id {submission_id}",
+    }
+    done = subprocess.run(
+        ["bash", str(checkout / "infra" / "submit.sh"), "tracking_probe", "--config", "configs/demo.yaml"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    summary = json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
+    assert summary["tracking_uri"] == mlflow_server
+    import mlflow
+
+    run = mlflow.MlflowClient(mlflow_server).get_run(summary["run_id"])
+    assert run.data.params["mlflow.tracking_uri"] == mlflow_server
+    leaked = [str(p) for p in (work / "ray").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"a credential file reached the cluster: {leaked}"
+    packages = [p for p in (work / "ray").rglob("tracking_probe.py")]
+    assert packages, "the job's working directory was not found under Ray's temp dir"
+    assert not list((work / "ray").rglob("aws-credentials")) and not list((work / "ray").rglob(".env"))
