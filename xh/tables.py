@@ -24,6 +24,7 @@ Outputs only ever delete what the project wrote, and only a table of their own k
 table of another kind (`graphs.output` pointed at the wiki tables), a folder inside another table, or a
 `.<name>.staging` / `.<name>.old` sibling that carries no proof of being this kind's own: a staging
 folder holds `_staging.json` (its kind and target) from the moment it is created, an old one the marker.
+A marker written before markers named kinds counts as the kind its folder's layout shows, or none.
 """
 
 from __future__ import annotations
@@ -139,11 +140,27 @@ def check_replaceable(uri: str, s3: S3Settings | None = None, kind: str | None =
                 "choose an empty or new folder"
             )
         return
-    if kind is not None and marker.get("kind") != kind:
+    if kind is not None and (marker.get("kind") or _legacy_kind(uri, s3)) != kind:
         raise ForeignFolderError(
             f"output {uri} holds {_written_by(marker)}, not the {kind}: refusing to replace it; "
             "choose another folder (or delete that one yourself)"
         )
+
+
+def _legacy_kind(uri: str, s3: S3Settings | None) -> str | None:
+    """The kind of a table whose marker names none (written before markers named kinds), from its layout;
+    None when the layout says nothing: such a folder is then refused, not guessed at."""
+    fs, path = resolve(uri, s3)
+    names = {info.base_name for info in fs.get_file_info(pafs.FileSelector(path))} - {MARKER}
+    if {"docs", "links", "redirects", "anchors"} <= names:
+        return WIKI_TABLES
+    if {"questions", "quarantine"} <= names:
+        return RETRIEVAL
+    if "_summary.json" in names:
+        return GRAPHS
+    if names and all(name.startswith("part-") and name.endswith(".parquet") for name in names):
+        return GRAPHS_QUARANTINE
+    return None
 
 
 def _sibling(uri: str, suffix: str) -> str:

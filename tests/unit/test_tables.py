@@ -147,11 +147,26 @@ def test_an_output_inside_another_table_or_over_an_unknown_kind_is_refused(tmp_p
         pytest.fail("started writing inside the wiki tables")
     assert _files(tmp_path / "tables") == before
     legacy = tmp_path / "legacy"
-    _write_table(legacy, 3, "old")
+    legacy.mkdir()
+    (legacy / "notes.parquet").write_text("old")
     (legacy / MARKER).write_text(json.dumps({"rows": 3, "written_at": "2026-01-01T00:00:00Z", "inputs": "x"}))
     with pytest.raises(ForeignFolderError, match="names no kind"), staged(str(legacy), kind=GRAPHS):
         pytest.fail("replaced a table of unknown kind")
-    assert (legacy / "part-00000.parquet").read_text() == "old:3"
+    assert (legacy / "notes.parquet").read_text() == "old"
+
+
+def test_tables_marked_before_markers_named_kinds_are_known_by_their_layout(tmp_path):
+    out, _ = _wiki_tables(tmp_path)
+    marker = json.loads((tmp_path / "tables" / MARKER).read_text())
+    (tmp_path / "tables" / MARKER).write_text(
+        json.dumps({k: v for k, v in marker.items() if k not in ("kind", "stage")})
+    )
+    before = _files(tmp_path / "tables")
+    with pytest.raises(ForeignFolderError, match="names no kind"), staged(out, kind=GRAPHS):
+        pytest.fail("replaced older wiki tables with graphs")
+    assert _files(tmp_path / "tables") == before
+    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "b", ["Gamma"]), out, partitions=2)  # wiki: its own
+    assert require_complete(out)["kind"] == WIKI_TABLES
 
 
 def test_the_graphs_stage_pointed_at_the_wiki_tables_exits_2_in_one_line_and_keeps_them(tmp_path):
