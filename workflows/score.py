@@ -5,11 +5,14 @@
 
 Three Ray Data stages, each written under a staging folder before the next starts (`xh.staging`), so
 a failed run re-run for the same date, model, input files and settings resumes after the last
-finished stage (staging carries a fingerprint of them, `xh.staging.fingerprint`; other staging is
-discarded):
+finished stage (staging carries a fingerprint of them, `xh.staging.fingerprint`: the files' content,
+by SHA-256 or S3 ETag; other staging is discarded):
 
     parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
-               bad records -> quarantine with the reason
+               bad records (and records over `score.max_record_bytes` or questions over
+               `score.max_question_chars`) -> quarantine with the reason; an id in two files of the
+               run: the file last in name order is scored, the other record quarantined
+               (`duplicate id: superseded by FILE`), before any graph is built
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
                index, entity linker, link graph, question-type classifier) and builds a batch's graphs
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
@@ -17,8 +20,11 @@ discarded):
 
 `score.model` (e.g. `models:/xh-hotpot@champion`) is resolved to one version when the run starts, so
 every row of a run comes from the same model. Predictions land in
-`<output>/run_date=D/model=NAME/version=V/`; a re-run for the same date and model replaces that
-partition. The driver never holds the data: it only lists files and moves finished ones.
+`<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that date and model: a
+run adds its rows, replacing those of the qids it scored again (`xh.partitions`); `score.replace=true`
+makes the run's predictions the whole partition. Quarantined rows land in
+`<output>/quarantine/<partition>/inputs-<digest of the input file names>/`, one folder per set of inputs.
+The driver never holds the data: it only lists files and moves finished ones.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
+from xh.partitions import plan_merge, publish, recover
 from xh.pipeline import Pipeline, prediction_row, settings_of
-from xh.questions import parse_question_file, question_files
+from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
@@ -43,12 +50,11 @@ from xh.staging import (
     count_rows,
     fingerprint,
     read_stage,
-    replace_partition,
     usable_rows,
     with_quarantine,
     write_quarantine,
 )
-from xh.storage import join
+from xh.storage import join, resolve
 from xh.tracking import absolute_tracking, configure, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
@@ -56,17 +62,36 @@ PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
 GRAPHS = with_quarantine([*QUESTION, pa.field("graph", pa.string())])  # the GRAPHS row as JSON
 
 
-def parse_files(batch: dict, s3=None) -> pa.Table:
-    """Ray Data: a batch of file URIs -> their questions and quarantined records. The task reads the raw
-    bytes itself: Ray's readers decompress by extension and fail a whole run on a truncated .bz2."""
+def parse_files(batch: dict, s3=None, limits: InputLimits | None = None) -> pa.Table:
+    """Ray Data: a batch of file URIs -> their questions (with the file and position each came from)
+    and quarantined records. The task reads the raw bytes itself: Ray's readers decompress by extension
+    and fail a whole run on a truncated .bz2."""
     rows = []
     for uri in map(str, batch["uri"]):
         try:
-            questions, quarantined = parse_question_file(uri, read_bytes(uri, s3))
+            questions, quarantined = parse_question_file(
+                uri, read_bytes(uri, s3), limits or InputLimits(), located=True
+            )
         except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
             questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
         rows += questions + quarantined
     return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def supersede(batch: pa.Table, winners: dict[str, str]) -> pa.Table:
+    """Ray Data: the parsed rows whose id a later file of the run also has become quarantine rows."""
+    rows = batch.to_pylist()
+    for row in rows:
+        winner = winners.get(row["qid"]) if row["reason"] is None else None
+        if winner is not None and row["source"] != winner:
+            row["reason"] = superseded_by(winner)
+            row["raw"] = json.dumps({"qid": row["qid"], "question": row["question"]})[: schemas.RAW_LIMIT]
+    return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def _ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
+    """A Ray task: the usable rows' (qid, source) blocks -> `xh.questions.later_files`."""
+    return later_files(pa.concat_tables(blocks)) if blocks else {}
 
 
 class _GraphActor:
@@ -145,6 +170,7 @@ def _snapshot(cfg: XHConfig, paths: dict, s3) -> str:
 
 
 # what changes where resources change, not the predictions: not part of the staging fingerprint
+# (nor `replace`, which decides only how the predictions are published)
 RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus", "inference_threads", "use_gpu"}
 
 
@@ -152,7 +178,7 @@ def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
     """What a run's stages depend on besides the input files: staging of other settings is not resumed."""
     retrieval, graph = settings_of(cfg)
     return {
-        "score": cfg.score.model_dump(mode="json", exclude={"fail_before", "input", *RESOURCES}),
+        "score": cfg.score.model_dump(mode="json", exclude={"fail_before", "input", "replace", *RESOURCES}),
         "model": model,
         "retrieve": retrieval.model_dump(mode="json"),
         "graphs": graph.model_dump(mode="json"),
@@ -165,11 +191,26 @@ def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
 # --- the three stages as Ray Datasets --------------------------------------------------------------
 
 
-def _parse(inputs: list[str], s3):
+def _parse(inputs: list[str], s3, limits: InputLimits):
+    """The files' rows, each id scored once: parsed one file a task, then the ids found in several files
+    gathered by one task (ids and file names only) and their earlier files' rows quarantined."""
+    import ray
     import ray.data
+    from ray.data.expressions import col
 
     files = ray.data.from_items([{"uri": uri} for uri in inputs], override_num_blocks=len(inputs))
-    return files.map_batches(parse_files, fn_kwargs={"s3": s3}, batch_size=1, batch_format="numpy", num_cpus=0.25)
+    parsed = files.map_batches(
+        parse_files, fn_kwargs={"s3": s3, "limits": limits}, batch_size=1, batch_format="numpy", num_cpus=0.25
+    ).materialize()
+    if len(inputs) < 2:
+        return parsed
+    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=0.25).select_columns(["qid", "source"])
+    winners = ray.get(ray.remote(num_cpus=0.25)(_ids_in_several_files).remote(*ids.to_arrow_refs()))
+    if not winners:
+        return parsed
+    return parsed.map_batches(
+        supersede, fn_kwargs={"winners": winners}, batch_size=None, batch_format="pyarrow", num_cpus=0.25
+    )
 
 
 def _in_batches(rows, batch_size: int, actors: int):
@@ -237,6 +278,17 @@ def _no_rows(schema: pa.Schema):
     return ray.data.from_arrow(schema.empty_table())
 
 
+def _write_quarantine(stages: list[str], root: str, inputs: list[str], replace: bool, s3) -> dict[str, int]:
+    """The run's quarantined rows under `root`, in a folder of their own per set of input files: a
+    re-run of the same files replaces its rows, other inputs' rows stay (all go with `replace`)."""
+    if replace:
+        fs, path = resolve(root, s3)
+        if fs.get_file_info(path).type.name != "NotFound":
+            fs.delete_dir(path)
+    digest = hashlib.sha256(json.dumps(sorted(inputs)).encode()).hexdigest()[:16]
+    return write_quarantine(stages, join(root, f"inputs-{digest}"), s3)
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 
@@ -266,7 +318,8 @@ def run(cfg: XHConfig) -> dict:
         stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
         if stages.discarded:
             log("score", "staging of a run with other inputs or settings discarded")
-        parsed = stages.run("parse", lambda: _parse(inputs, s3), schema=PARSED)
+        limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
+        parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
         graphs = stages.run(
             "graphs",
             lambda: _graphs(parsed, cfg, paths, s3) if usable_rows(parsed, s3) else _no_rows(GRAPHS),
@@ -283,15 +336,25 @@ def run(cfg: XHConfig) -> dict:
             resume=False,
             schema=schemas.PREDICTIONS,
         )
-        quarantine = write_quarantine([parsed, graphs], paths["quarantine"], s3)
-        files = replace_partition(predictions, paths["partition"], s3)
+        recovered = recover(paths["partition"], s3)  # a publish a killed run left half done
+        if recovered:
+            log("score", f"the interrupted publish of an earlier run into the partition was {recovered}")
+        quarantine = _write_quarantine([parsed, graphs], paths["quarantine"], inputs, sc.replace, s3)
+        plan = ray.get(
+            ray.remote(num_cpus=0.25)(plan_merge).remote(
+                predictions, paths["partition"], join(paths["staging"], "kept"), s3, mlflow_run.info.run_id, sc.replace
+            )
+        )
+        files = publish(plan, paths["partition"], s3)
         stages.clear()
 
         seconds = stages.seconds
         summary = {
             "model": model,
             "run_date": run_date,
-            "predictions": count_rows(paths["partition"], s3),
+            "predictions": plan["rows"],  # this run's
+            "partition_rows": count_rows(paths["partition"], s3),  # every input's scored for the date and model
+            "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
             "quarantined": quarantine,
             "prediction_files": files,
             "output": paths["partition"],
@@ -307,6 +370,7 @@ def run(cfg: XHConfig) -> dict:
         mlflow.log_metrics(
             {
                 "predictions": summary["predictions"],
+                "partition_rows": summary["partition_rows"],
                 "quarantined": sum(quarantine.values()),
                 **{f"seconds_{k}": v for k, v in seconds.items()},
             }

@@ -256,6 +256,18 @@ class ScoreConfig(Section):
     fail_before: Literal["graphs", "inference"] | None = Field(
         None, description="testing: the run stops with an error before this stage (to show it resumes)"
     )
+    replace: bool = Field(
+        False,
+        description="replace the whole run_date/model partition with this run's predictions; default: add this "
+        "input's rows to it (a re-scored qid's row replaced, the others kept)",
+    )
+    # HotpotQA's longest question has a few hundred characters, its largest record (with its context) ~15 kB
+    max_question_chars: int | None = Field(
+        2000, ge=1, description="longer questions are quarantined (question too long); None: no limit"
+    )
+    max_record_bytes: int | None = Field(
+        1_000_000, ge=1, description="larger records (JSON text) are quarantined (record too large); None: no limit"
+    )
 
 
 class PromoteConfig(Section):

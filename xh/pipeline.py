@@ -15,7 +15,8 @@ actors `model`. `model` is a folder written by `XHModel.save_pretrained` (loaded
 registered version `models:/NAME/VERSION` (through its MLflow pyfunc, on the GPU when there is one).
 
 Questions without a `type` get one from `classifier` (`xh.model.qtype`, bridge or comparison) when
-one is given. A question without a graph is quarantined with the reason (`source` "graphs").
+one is given. A question without a graph is quarantined with the reason (`source` "graphs"), and so is
+a second question of the same qid in one call (`duplicate id`: it would share the first's evidence).
 Nothing here imports Ray: the batch-scoring driver (`workflows.score`) maps batches of rows
 through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
 """
@@ -97,17 +98,18 @@ class Pipeline:
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
-        questions = list(questions)
+        questions, repeated = _first_of_each_id(questions)
         if self.graph_settings is not None and self.graph_settings.task == "fever":
             claims = [{"qid": q["qid"], "claim": q["question"], "label": None, "evidence": None} for q in questions]
-            return self.retriever.build(claims)  # retrieval-only graphs; a claim with no sentence: quarantined
+            graphs, quarantined = self.retriever.build(claims)  # retrieval-only; a claim with no sentence: quarantined
+            return graphs, quarantined + repeated
         candidates: dict[str, list[dict]] = {}
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             candidates.setdefault(row["qid"], []).append(row)
         # only the documents these questions need: the docs table is far larger than a batch's share
         doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
         builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
-        graphs, quarantined = [], []
+        graphs, quarantined = [], repeated
         for question, outcome in zip(questions, builder.build_many(questions, candidates)):
             if outcome.graph is not None:
                 graphs.append(outcome.graph)
@@ -129,6 +131,20 @@ class Pipeline:
         """QUESTIONS rows -> (predictions, QUARANTINE rows of the questions without a graph)."""
         graphs, quarantined = self.graphs(questions)
         return self.predict(graphs), quarantined
+
+
+def _first_of_each_id(questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+    """(the first question of each qid, QUARANTINE rows of the others): retrieval's candidates are keyed
+    by qid, so two questions of one id in a batch would each get both questions' evidence."""
+    first, repeated, seen = [], [], set()
+    for question in questions:
+        if question["qid"] in seen:
+            raw = json.dumps({"qid": question["qid"], "question": question["question"]})[:RAW_LIMIT]
+            repeated.append({"source": GRAPH_FAILURES, "position": -1, "reason": "duplicate id", "raw": raw})
+        else:
+            seen.add(question["qid"])
+            first.append(question)
+    return first, repeated
 
 
 def _load_model(model: str) -> tuple:

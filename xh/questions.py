@@ -15,9 +15,19 @@ reads JSON lines and Parquet (`QUESTION_FILES`), one record per line or row, wit
     truncated stream: ...           the cut tail of a .bz2 or .gz file (JSON lines: the lines before it are kept)
     unreadable Parquet file: ...    a Parquet file that does not open (one row for the file)
     invalid record: not an object   a record that is not a JSON object
-    missing id / invalid id / empty question / duplicate id
+    missing id / invalid id / empty question / duplicate id (within a file: the first record is kept)
+    record too large: N bytes (limit M)          a record over `InputLimits.record_bytes` (its JSON text)
+    question too long: N characters (limit M)    a question over `InputLimits.question_chars`
     invalid answer / invalid type / invalid level: a number   a field of the wrong JSON type
     invalid supporting facts: ...
+
+Across the files of one scoring run an id is kept once too (`later_files`): the record of the file
+last in name order is scored (dated files: the latest delivery), the others are quarantined by the
+driver with `duplicate id: superseded by FILE`.
+
+The size limits (batch scoring's `score.max_question_chars` and `score.max_record_bytes`) keep one
+oversized record from exhausting the worker that retrieves for it; a JSON line over the record limit is
+refused before it is parsed.
 
 Files may be bz2- or gzip-compressed (detected by their magic bytes, whatever their name). Positions count
 from 1 (the line of a JSON-lines file, the record of an array, the row of a Parquet file); -1 stands
@@ -37,6 +47,7 @@ import io
 import json
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from xh.jsonfiles import InputFileError, is_utf8_text, read_bytes, read_json
@@ -47,6 +58,18 @@ from xh.wiki.titles import normalize_title
 
 # What batch scoring takes as question files (`parse_question_file` undoes bz2 and gzip).
 QUESTION_FILES = (".jsonl", ".json", ".parquet", ".jsonl.gz", ".jsonl.bz2")
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """Size limits on question records (None: no limit): the question's length in characters, and the
+    record's size as JSON text in UTF-8 bytes (a JSON line's own bytes)."""
+
+    question_chars: int | None = None
+    record_bytes: int | None = None
+
+
+NO_LIMITS = InputLimits()
 
 
 def _quarantine(source: str, position: int, reason: str, record: Any) -> dict:
@@ -83,14 +106,38 @@ def record_id(record: dict):
     return record.get("_id") or record.get("qid") or record.get("id")
 
 
-def question_rows(records: list, source: str, positions: Sequence[int] | None = None) -> tuple[list[dict], list[dict]]:
+def _record_bytes(record: Any) -> int:
+    """A parsed record's size as JSON text in UTF-8 bytes (lone surrogates counted, not refused here)."""
+    return len(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+def _too_large(size: int, limits: InputLimits) -> str | None:
+    if limits.record_bytes is not None and size > limits.record_bytes:
+        return f"record too large: {size} bytes (limit {limits.record_bytes})"
+    return None
+
+
+def question_rows(
+    records: list,
+    source: str,
+    positions: Sequence[int] | None = None,
+    *,
+    limits: InputLimits = NO_LIMITS,
+    located: bool = False,
+) -> tuple[list[dict], list[dict]]:
     """Question records -> (QUESTIONS rows, QUARANTINE rows); every record lands in exactly one.
 
-    `positions`: each record's position in its file (default: 1, 2, ...)."""
+    `positions`: each record's position in its file (default: 1, 2, ...). `limits`: see `InputLimits`.
+    `located`: each row also carries its `source` and `position` (batch scoring resolves ids repeated
+    across files by them)."""
     rows, quarantined, seen = [], [], set()
     for position, record in zip(positions or range(1, len(records) + 1), records):
         if not isinstance(record, dict):
             quarantined.append(_quarantine(source, position, "invalid record: not an object", record))
+            continue
+        too_large = _too_large(_record_bytes(record), limits) if limits.record_bytes is not None else None
+        if too_large:  # before any other check reads the whole record
+            quarantined.append(_quarantine(source, position, too_large, _head(record)))
             continue
         qid, question = record_id(record), record.get("question", record.get("claim"))  # FEVER: claim
         wrong = _wrong_type(record)
@@ -102,6 +149,9 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
             quarantined.append(_quarantine(source, position, "non-utf8 text", record))
         elif not isinstance(question, str) or not question.strip():
             quarantined.append(_quarantine(source, position, "empty question", record))
+        elif limits.question_chars is not None and len(question.strip()) > limits.question_chars:
+            reason = f"question too long: {len(question.strip())} characters (limit {limits.question_chars})"
+            quarantined.append(_quarantine(source, position, reason, _head(record)))
         elif wrong:
             quarantined.append(_quarantine(source, position, wrong, record))
         elif str(qid) in seen:
@@ -114,17 +164,42 @@ def question_rows(records: list, source: str, positions: Sequence[int] | None = 
                 continue
             seen.add(str(qid))
             answer = record.get("answer")
-            rows.append(
-                {
-                    "qid": str(qid),
-                    "question": question.strip(),
-                    "answer": None if answer is None else str(answer),  # a number's text
-                    "type": record.get("type"),
-                    "level": record.get("level"),
-                    "supporting_facts": facts,
-                }
-            )
+            row = {
+                "qid": str(qid),
+                "question": question.strip(),
+                "answer": None if answer is None else str(answer),  # a number's text
+                "type": record.get("type"),
+                "level": record.get("level"),
+                "supporting_facts": facts,
+            }
+            rows.append(row | {"source": source, "position": position} if located else row)
     return rows, quarantined
+
+
+def _head(record: Any) -> str:
+    """The start of an oversized record's text for its quarantine row, without writing all of it out."""
+    if isinstance(record, dict):  # the id and the question's start first: what finds the record again
+        head = {k: record[k] for k in ("_id", "qid", "id") if k in record}
+        text = record.get("question", record.get("claim"))
+        head["question"] = text[:RAW_LIMIT] if isinstance(text, str) else None
+        return json.dumps(head, default=str)
+    return str(record)[:RAW_LIMIT]
+
+
+def later_files(rows) -> dict[str, str]:
+    """The usable rows of one scoring run (an Arrow table with `qid` and `source`) -> {qid: the file
+    whose record is scored} for each id found in more than one file: the file last in name order
+    (dated files: the latest delivery). Ids in one file only are not returned."""
+    import pyarrow.compute as pc
+
+    per_id = rows.group_by("qid").aggregate([("source", "count_distinct"), ("source", "max")])
+    repeated = per_id.filter(pc.greater(per_id["source_count_distinct"], 1))
+    return dict(zip(repeated["qid"].to_pylist(), repeated["source_max"].to_pylist()))
+
+
+def superseded_by(source: str) -> str:
+    """The quarantine reason of a record whose id a later file of the same run also has."""
+    return f"duplicate id: superseded by {source}"
 
 
 # Fields read besides the id and the question, and the JSON types each may have (null always may).
@@ -222,12 +297,16 @@ def question_files(uri: str, s3: S3Settings | None = None) -> list[str]:
     return files
 
 
-def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict]]:
+def parse_question_file(
+    source: str, data: bytes, limits: InputLimits = NO_LIMITS, located: bool = False
+) -> tuple[list[dict], list[dict]]:
     """The bytes of one question file (`QUESTION_FILES`) -> (QUESTIONS rows, QUARANTINE rows).
 
     Parquet by its name; otherwise JSON (bz2 by its magic bytes), an array when it starts with `[`,
     else JSON lines. A file that cannot be read at all becomes one quarantine row, so that the other
-    files go on; a truncated JSON-lines file keeps the lines before the break."""
+    files go on; a truncated JSON-lines file keeps the lines before the break. `limits`, `located`:
+    see `question_rows`."""
+    kw = {"limits": limits, "located": located}
     if source.endswith(".parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -236,7 +315,7 @@ def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict
             records = pq.read_table(pa.BufferReader(data)).to_pylist()
         except (pa.ArrowException, OSError) as e:
             return [], [_quarantine(source, -1, f"unreadable Parquet file: {e}", f"<{len(data)} bytes>")]
-        return question_rows(records, source)
+        return question_rows(records, source, **kw)
     numbered, truncated = _lines(data)
     cut = []
     if truncated:
@@ -248,10 +327,14 @@ def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict
             text = b"\n".join(line for _, line in numbered).decode("utf-8", "replace")
             reason = "not JSON: a truncated stream" if truncated else "not JSON: not a valid JSON array"
             return [], [_quarantine(source, -1, reason, text)]
-        return question_rows(records if isinstance(records, list) else [records], source)
+        return question_rows(records if isinstance(records, list) else [records], source, **kw)
     parsed, unparsed = [], []
     for number, line in numbered:
         if not line.strip():
+            continue
+        too_large = _too_large(len(line), limits)
+        if too_large:  # never parsed: a huge line costs several times its size as Python objects
+            unparsed.append(_quarantine(source, number, too_large, line[:RAW_LIMIT].decode("utf-8", "replace")))
             continue
         try:
             text = line.decode("utf-8")
@@ -265,7 +348,11 @@ def parse_question_file(source: str, data: bytes) -> tuple[list[dict], list[dict
             unparsed.append(_quarantine(source, number, f"not JSON: {e.msg}", text))
         except RecursionError:
             unparsed.append(_quarantine(source, number, "not JSON: nested too deeply", text))
-    rows, quarantined = question_rows([r for _, r in parsed], source, [n for n, _ in parsed])
+    # the lines' sizes were checked above: the records are not measured again
+    line_limits = InputLimits(question_chars=limits.question_chars)
+    rows, quarantined = question_rows(
+        [r for _, r in parsed], source, [n for n, _ in parsed], limits=line_limits, located=located
+    )
     return rows, sorted(unparsed + quarantined, key=lambda row: row["position"]) + cut
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import pyarrow as pa
 
 from xh import schemas
-from xh.storage import S3Settings, join, list_files, list_paths, resolve
+from xh.storage import S3Settings, is_s3, join, list_files, list_paths, resolve
 from xh.tables import ForeignFolderError
 
 DONE = "_SUCCESS"
@@ -80,15 +80,42 @@ class InjectedFailure(RuntimeError):
 
 
 def fingerprint(inputs: Sequence[str], settings: dict, s3: S3Settings | None) -> str:
-    """A digest of what a run reads and how: each input file's path, size and modification time, and
-    `settings` (JSON-able); staging written under another fingerprint is never resumed."""
-    files = []
-    for uri in inputs:
-        fs, path = resolve(uri, s3)
-        info = fs.get_file_info(path)
-        files.append([uri, info.size, info.mtime_ns])
+    """A digest of what a run reads and how: each input file's path and content (`content_digest`),
+    and `settings` (JSON-able); staging written under another fingerprint is never resumed."""
+    files = [[uri, content_digest(uri, s3)] for uri in inputs]
     text = json.dumps({"inputs": files, "settings": settings}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_digest(uri: str, s3: S3Settings | None) -> str:
+    """What a file holds: the SHA-256 of a local file's bytes, or an S3 object's ETag (the store's
+    digest of the bytes, read without downloading them). Size and modification time are not enough:
+    a file replaced by one of the same size, its time set back, would resume the old file's stages."""
+    if is_s3(uri):
+        return "etag:" + _etag(uri, s3)
+    fs, path = resolve(uri, s3)
+    digest = hashlib.sha256()
+    with fs.open_input_stream(path, compression=None) as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def _etag(uri: str, s3: S3Settings | None) -> str:
+    import boto3
+
+    settings = s3 or S3Settings.from_env()
+    settings.require_endpoint(uri)
+    client = boto3.client(
+        "s3",
+        endpoint_url=settings.endpoint_url,
+        region_name=settings.region,
+        aws_access_key_id=settings.access_key_id,
+        aws_secret_access_key=settings.secret_access_key,
+        aws_session_token=settings.session_token,
+    )
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return client.head_object(Bucket=bucket, Key=key)["ETag"]
 
 
 class Stages:

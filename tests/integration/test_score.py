@@ -498,3 +498,125 @@ def test_each_variant_batch_scores_with_the_xh_command(trained_variant, scoring_
     assert table.num_rows == scored["predictions"] and all(isinstance(a, str) for a in table["answer"].to_pylist())
     if architecture == "dochopper":  # its paragraph embeddings, stored per model version and corpus snapshot
         assert list_files(f"{output}/_cache/{name}-v1", s3_endpoint, suffix=".safetensors")
+
+
+def _partition_table(output: str, name: str, s3_endpoint, run_date: str = "2026-11-23"):
+    partition = f"{output}/run_date={run_date}/model={name}/version=1"
+    return pads.dataset(partition[len("s3://") :], filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table()
+
+
+def _champion(scoring_world, tiny_backbone, mlflow_server, prefix: str) -> str:
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    return name
+
+
+def test_an_id_in_two_input_files_is_scored_once_from_the_later_file_with_its_own_evidence(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+):
+    """Two dated files of one run share four ids, each with another question: the later file's records
+    are scored, the earlier ones quarantined, and no prediction uses the other question's documents.
+    A question over score.max_question_chars is quarantined too."""
+    import pyarrow.parquet as pq
+
+    from workflows import score
+    from xh.pipeline import settings_of
+    from xh.retrieval.candidates import Retriever
+
+    name = _champion(scoring_world, tiny_backbone, mlflow_server, "xh-dup")
+    questions = scoring_world["questions"]
+    earlier = {f"id-{i}": questions[i]["question"] for i in range(6)}
+    later = {f"id-{i}": questions[20 + i]["question"] for i in range(4)} | {"id-late": questions[30]["question"]}
+    incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
+    _write_questions(
+        f"{incoming}/2026-11-21.jsonl", [json.dumps({"qid": q, "question": t}) for q, t in earlier.items()]
+    )
+    long_question = json.dumps({"qid": "long", "question": "Which film came out first? " * 100})  # 2,700 characters
+    _write_questions(
+        f"{incoming}/2026-11-22.jsonl",
+        [json.dumps({"qid": q, "question": t}) for q, t in later.items()] + [long_question],
+    )
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+    cfg = load_config(None, _score_overrides(scoring_world, mlflow_server, name, incoming, output))
+    summary = score.run(cfg)
+
+    assert summary["records"] == len(earlier) + len(later) + 1  # in = out + quarantined
+    assert summary["records"] == summary["predictions"] + sum(summary["quarantined"].values())
+    assert summary["quarantined"][f"duplicate id: superseded by {incoming}/2026-11-22.jsonl"] == 4
+    assert summary["quarantined"]["question too long: 2699 characters (limit 2000)"] == 1
+    table = _partition_table(output, name, s3_endpoint)
+    qids = table["qid"].to_pylist()
+    assert len(qids) == len(set(qids)) == summary["predictions"] >= 6  # one prediction per id
+    expected = earlier | later  # the later file's question where both have the id
+    assert all(row["question"] == expected[row["qid"]] for row in table.to_pylist())
+
+    # each prediction's answer document and supporting facts come from its own question's candidates
+    retrieval, _ = settings_of(cfg)
+    retriever = Retriever.load(str(scoring_world["root"] / "index" / "bm25"), str(scoring_world["tables"]), retrieval)
+    docs = pq.read_table(scoring_world["tables"] / "docs", columns=["doc_id", "title"])
+    title_of = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
+    checked = 0
+    for row in table.to_pylist():
+        own = {c["doc_id"] for c in retriever.candidates([row["qid"]], [row["question"]])}
+        used = {fact["title"] for fact in row["supporting_facts"]} | {title_of.get(row["answer_doc_id"])} - {None}
+        assert used <= {title_of[d] for d in own}, row["qid"]
+        checked += len(used)
+    assert checked
+
+
+def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_replaced_only_with_the_flag(
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+):
+    from workflows import score
+
+    name = _champion(scoring_world, tiny_backbone, mlflow_server, "xh-keep")
+    questions = scoring_world["questions"]
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+
+    def run(lines: list[str], *extra: str) -> dict:
+        incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
+        _write_questions(f"{incoming}/q.jsonl", lines)
+        overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output)
+        return score.run(load_config(None, [*overrides, *extra]))
+
+    first = run([json.dumps({"qid": f"a-{i}", "question": questions[i]["question"]}) for i in range(4)] + ["{bad"])
+    second = run([json.dumps({"qid": f"b-{i}", "question": questions[10 + i]["question"]}) for i in range(3)])
+    both = first["predictions"] + second["predictions"]
+    assert first["predictions"] and second["predictions"]
+    assert second["partition_rows"] == both == _partition_table(output, name, s3_endpoint).num_rows
+
+    nothing = run(["{bad"])  # an input with nothing to score changes nothing
+    assert nothing["predictions"] == 0 and nothing["partition_rows"] == both
+    table = _partition_table(output, name, s3_endpoint)
+    assert table.num_rows == both and {q[0] for q in table["qid"].to_pylist()} == {"a", "b"}
+
+    # one qid scored again (with a question known to give a graph): its row replaced, the others kept
+    scored = dict(zip(table["qid"].to_pylist(), table["question"].to_pylist()))
+    a_qid, b_qid = min(q for q in scored if q.startswith("a-")), min(q for q in scored if q.startswith("b-"))
+    again = run([json.dumps({"qid": a_qid, "question": scored[b_qid]})])
+    assert again["predictions"] == 1 and again["replaced_rows"] == 1 and again["partition_rows"] == both
+    rows = {r["qid"]: r["question"] for r in _partition_table(output, name, s3_endpoint).to_pylist()}
+    assert rows == scored | {a_qid: scored[b_qid]}
+
+    # every run's quarantined records are kept beside its inputs' folder
+    quarantine = f"{output}/quarantine/run_date=2026-11-23/model={name}/version=1"[len("s3://") :]
+    bad = pads.dataset(quarantine, filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table()
+    assert bad.num_rows == 2 and set(bad["raw"].to_pylist()) == {"{bad"}
+
+    replaced = run([json.dumps({"qid": "c-0", "question": scored[b_qid]})], "score.replace=true")
+    assert replaced["replaced_rows"] == both and replaced["partition_rows"] == 1
+    assert _partition_table(output, name, s3_endpoint)["qid"].to_pylist() == ["c-0"]
+
+
+def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
+    from xh.staging import fingerprint
+
+    uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
+    _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])
+    before = fingerprint([uri], {}, s3_endpoint)
+    _write_questions(uri, ['{"qid": "1", "question": "Who drove it?"}'])  # the same size
+    assert fingerprint([uri], {}, s3_endpoint) != before
+    _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])  # written again: a later time, same bytes
+    assert fingerprint([uri], {}, s3_endpoint) == before

@@ -1,0 +1,237 @@
+"""Batch scoring's inputs and outputs without Ray (#28): the resume fingerprint reads the files' content,
+records over the size limits are quarantined, an id in two files is scored from the later one, and a
+partition keeps every input it has scored (`xh.partitions`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from xh import schemas
+from xh.config import load_config
+from xh.partitions import PLAN, plan_merge, publish, recover
+from xh.questions import InputLimits, later_files, parse_question_file
+from xh.staging import fingerprint
+
+# --- the resume fingerprint ------------------------------------------------------------------------
+
+
+def test_a_file_replaced_by_one_of_the_same_size_with_its_time_set_back_gets_another_fingerprint(tmp_path):
+    question_file = tmp_path / "q.jsonl"
+    question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')
+    times = os.stat(question_file)
+    before = fingerprint([str(question_file)], {"batch_graphs": 8}, None)
+
+    question_file.write_text('{"qid": "1", "question": "Who drove it?"}\n')  # the same number of bytes
+    os.utime(question_file, ns=(times.st_atime_ns, times.st_mtime_ns))
+    after = os.stat(question_file)
+    assert (after.st_size, after.st_mtime_ns) == (times.st_size, times.st_mtime_ns)
+    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) != before
+
+    question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')  # the first content again
+    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) == before
+
+
+# --- size limits -----------------------------------------------------------------------------------
+
+LIMITS = InputLimits(question_chars=100, record_bytes=1_000)
+
+
+def test_questions_and_records_over_the_limits_are_quarantined_in_every_format():
+    records = [
+        {"qid": "ok", "question": "Which film came out first?"},
+        {"qid": "long", "question": "Which " * 40 + "film?"},  # 245 characters
+        {"qid": "big", "question": "Short?", "context": "x" * 5_000},
+        {"qid": "edge", "question": "w" * 100},  # at the limit: kept
+    ]
+    reasons = {
+        2: "question too long: 245 characters (limit 100)",
+        3: "record too large: ",
+    }
+    lines = ("\n".join(json.dumps(r) for r in records) + "\n").encode()
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([{"qid": r["qid"], "question": r["question"]} for r in records]), sink)
+    for name, data in (
+        ("in.jsonl", lines),
+        ("in.json", json.dumps(records).encode()),
+        ("in.parquet", sink.getvalue().to_pybytes()),
+    ):
+        rows, quarantined = parse_question_file(name, data, LIMITS)
+        big = name != "in.parquet"  # the Parquet file holds no context column
+        assert [r["qid"] for r in rows] == (["ok", "edge"] if big else ["ok", "big", "edge"]), name
+        assert len(rows) + len(quarantined) == len(records)
+        assert [q["position"] for q in quarantined] == ([2, 3] if big else [2])
+        for q in quarantined:
+            assert q["reason"].startswith(reasons[q["position"]]) and q["source"] == name
+            assert len(q["raw"]) <= schemas.RAW_LIMIT
+        pa.Table.from_pylist(rows, schema=schemas.QUESTIONS)
+        pa.Table.from_pylist(quarantined, schema=schemas.QUARANTINE)
+
+    # without limits (the default of the function) nothing is refused for its size
+    rows, quarantined = parse_question_file("in.jsonl", lines)
+    assert len(rows) == len(records) and not quarantined
+
+
+def test_a_json_line_over_the_record_limit_is_refused_with_its_size_before_it_is_parsed():
+    huge = b'{"qid": "huge", "question": "' + b"a" * 50_000 + b'"'  # not even valid JSON: never parsed
+    rows, quarantined = parse_question_file("in.jsonl", b'{"qid": "a", "question": "Who?"}\n' + huge + b"\n", LIMITS)
+    assert [r["qid"] for r in rows] == ["a"]
+    assert [(q["position"], q["reason"]) for q in quarantined] == [
+        (2, f"record too large: {len(huge)} bytes (limit 1000)")
+    ]
+    assert quarantined[0]["raw"].startswith('{"qid": "huge"') and len(quarantined[0]["raw"]) == schemas.RAW_LIMIT
+
+
+def test_the_limits_are_config_settings_with_defaults_and_can_be_lifted():
+    score = load_config(None, []).score
+    assert score.max_question_chars == 2000 and score.max_record_bytes == 1_000_000 and score.replace is False
+    lifted = load_config(None, ["score.max_question_chars=null", "score.max_record_bytes=5000"]).score
+    assert lifted.max_question_chars is None and lifted.max_record_bytes == 5000
+
+
+# --- ids across files ------------------------------------------------------------------------------
+
+
+def test_an_id_in_several_files_is_scored_from_the_file_last_in_name_order():
+    first, _ = parse_question_file("in/2026-11-21.jsonl", b'{"qid": "a", "question": "A?"}\n', located=True)
+    assert first == [
+        {
+            "qid": "a",
+            "question": "A?",
+            "answer": None,
+            "type": None,
+            "level": None,
+            "supporting_facts": None,
+            "source": "in/2026-11-21.jsonl",
+            "position": 1,
+        }
+    ]
+    rows = pa.Table.from_pylist(
+        [
+            {"qid": "a", "source": "in/2026-11-22.jsonl"},
+            {"qid": "a", "source": "in/2026-11-21.jsonl"},
+            {"qid": "b", "source": "in/2026-11-21.jsonl"},
+            {"qid": "c", "source": "in/2026-11-21.jsonl"},
+            {"qid": "c", "source": "in/2026-11-23.jsonl"},
+            {"qid": "c", "source": "in/2026-11-22.jsonl"},
+        ]
+    )
+    assert later_files(rows) == {"a": "in/2026-11-22.jsonl", "c": "in/2026-11-23.jsonl"}
+
+
+# --- partitions ------------------------------------------------------------------------------------
+
+
+def _predictions(qids: list[str], answer: str) -> pa.Table:
+    rows = [
+        {
+            "qid": q,
+            "question": f"{q}?",
+            "answer": answer,
+            "supporting_facts": [],
+            "score": 0.5,
+            "model_name": "m",
+            "model_version": "1",
+            "run_id": "r",
+            "corpus_snapshot": "s",
+            "scored_at": dt.datetime(2026, 11, 22, tzinfo=dt.UTC),
+        }
+        for q in qids
+    ]
+    return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
+
+
+def _stage(folder, qids: list[str], answer: str) -> str:
+    folder.mkdir(parents=True)
+    table = _predictions(qids, answer)
+    pq.write_table(table if qids else table.schema.empty_table(), folder / "part-0.parquet")
+    return str(folder)
+
+
+def _partition(folder) -> dict[str, str]:
+    table = pq.read_table(folder)
+    assert table.num_rows == len(set(table["qid"].to_pylist()))  # one row per qid
+    return dict(zip(table["qid"].to_pylist(), table["answer"].to_pylist()))
+
+
+def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_again(tmp_path):
+    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+
+    def run(n: int, qids: list[str], answer: str, replace: bool = False) -> dict:
+        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), str(partition), kept, None, f"t{n}", replace)
+        publish(plan, str(partition), None)
+        return plan
+
+    assert run(1, ["a", "b", "c"], "first")["rows"] == 3
+    assert run(2, ["d", "e"], "second")["replaced"] == 0  # another input: added
+    assert _partition(partition) == {"a": "first", "b": "first", "c": "first", "d": "second", "e": "second"}
+    plan = run(3, [], "none")  # nothing to score: nothing changes, no empty file added
+    assert plan["rows"] == 0 and plan["add"] == [] and len(list(partition.glob("*.parquet"))) == 2
+    assert run(4, ["b", "e"], "third")["replaced"] == 2  # re-scored qids replaced, the others kept
+    assert _partition(partition) == {"a": "first", "b": "third", "c": "first", "d": "second", "e": "third"}
+    assert not (partition / PLAN).exists()
+
+    assert run(5, ["z"], "only", replace=True)["replaced"] == 5  # the explicit flag replaces all
+    assert _partition(partition) == {"z": "only"}
+    run(6, [], "none", replace=True)
+    assert _partition(partition) == {} and len(list(partition.glob("*.parquet"))) == 1  # empty, still readable
+    run(7, [], "none")
+    assert len(list(partition.glob("*.parquet"))) == 1
+
+
+@pytest.mark.parametrize("moved", [0, 1, 2])
+def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path, moved):
+    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+    publish(
+        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), str(partition), kept, None, "t1"),
+        str(partition),
+        None,
+    )
+    publish(
+        plan_merge(_stage(tmp_path / "run2", ["c"], "second"), str(partition), kept, None, "t2"), str(partition), None
+    )
+    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), str(partition), kept, None, "t3")
+    assert len(plan["add"]) == 2 and len(plan["remove"]) == 1  # a's kept rows, and the new file
+
+    # what publish does, cut off after `moved` of its moves (2: after all of them, before the deletes)
+    (partition / PLAN).write_text(json.dumps({"add": [n for _, n in plan["add"]], "remove": plan["remove"]}))
+    for source, name in plan["add"][:moved]:
+        os.rename(source, partition / name)
+    assert recover(str(partition), None) == ("finished" if moved == 2 else "undone")
+    expected = {"a": "first", "b": "third", "c": "second", "d": "third"}
+    if moved < 2:
+        expected = {"a": "first", "b": "first", "c": "second"}
+    assert _partition(partition) == expected and not (partition / PLAN).exists()
+    assert recover(str(partition), None) is None
+
+
+def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
+    """The graph half keys candidates by qid: a repeated id in one call keeps the first question alone."""
+    from xh.pipeline import Pipeline, settings_of
+    from xh.retrieval.analyzer import Analyzer
+    from xh.retrieval.bm25 import BM25Shard, CorpusStats
+    from xh.retrieval.candidates import Retriever
+    from xh.retrieval.entity_linking import EntityLinker
+    from xh.retrieval.expansion import LinkGraph
+
+    tables, world = synth_tables
+    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
+    tokens = Analyzer().analyze_batch(
+        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
+    )
+    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
+    retrieval, graph = settings_of(load_config(None, []))
+    retriever = Retriever([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)), retrieval)
+    pipeline = Pipeline(retriever, str(tables), graph)
+
+    first, second = world[0]["question"], world[7]["question"]
+    graphs, quarantined = pipeline.graphs([{"qid": "x", "question": q, "type": None} for q in (first, second)])
+    own = {row["doc_id"] for row in retriever.candidates(["x"], [first])}
+    assert [g["question"] for g in graphs] == [first]
+    assert {node["doc_id"] for node in graphs[0]["nodes"]} <= own
+    assert [(q["reason"], json.loads(q["raw"])["question"]) for q in quarantined] == [("duplicate id", second)]
