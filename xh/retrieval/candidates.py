@@ -51,7 +51,14 @@ from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index
-from xh.retrieval.paths import PathCandidates, PathScorer, pair_features, path_candidates
+from xh.retrieval.paths import (
+    PathCandidates,
+    PathScorer,
+    QuestionPaths,
+    link_directions,
+    pair_features,
+    path_candidates_batch,
+)
 from xh.storage import S3Settings, resolve
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
@@ -182,15 +189,49 @@ class Retriever:
             weights[np.ix_([i for i, _ in known], at)] = sub.toarray()
         return weights
 
+    def term_weights_batch(self, terms: list[list[str]], doc_ids: list[list[str]]) -> list[np.ndarray]:
+        """`term_weights` of many queries, each with its own documents: one lookup of all the documents and
+        one slice of each shard for the lot, instead of one per query."""
+        sizes = [(len(t), len(d)) for t, d in zip(terms, doc_ids)]
+        starts = np.cumsum([0, *(t * d for t, d in sizes)])
+        flat = np.zeros(int(starts[-1]), dtype=np.float64)
+        widths = np.array([d for _, d in sizes], np.int64)
+        where, cols = self._where.find([d for ids in doc_ids for d in ids])
+        doc_query = np.repeat(np.arange(len(sizes)), widths)
+        doc_col = np.arange(len(where)) - np.repeat(np.cumsum(widths) - widths, widths)
+        for s, shard in enumerate(self.shards):
+            at = np.flatnonzero(where == s)
+            known = [
+                (q, i, shard.term_rows[t])
+                for q, query in enumerate(terms)
+                for i, t in enumerate(query)
+                if t in shard.term_rows
+            ]
+            if not len(at) or not known:
+                continue
+            term_query, term_row, rows = (np.array(column, np.int64) for column in zip(*known))
+            sub = shard.weights[rows][:, cols[at]].tocoo()
+            # the slice crosses every query's terms with every query's documents: keep each query's own
+            mine = term_query[sub.row] == doc_query[at][sub.col]
+            r, c = sub.row[mine], sub.col[mine]
+            q = term_query[r]
+            flat[starts[q] + term_row[r] * widths[q] + doc_col[at][c]] = sub.data[mine]
+        return [flat[starts[q] : starts[q + 1]].reshape(t, d) for q, (t, d) in enumerate(sizes)]
+
     def path_candidates(self, terms: list[str], ir_ids: list[str], named: set[str]) -> PathCandidates:
         """The pairs the path scorer chooses among for one question (`xh.retrieval.paths.path_candidates`)."""
-        return path_candidates(
-            ir_ids,
-            lambda ids: self.term_weights(terms, ids),
-            lambda doc_id: self.graph.directions(doc_id, PATH_LINK_POOL),
+        return self._question_paths([terms], [ir_ids], [named])[0].candidates
+
+    def _question_paths(self, analyzed: list[list[str]], ir_lists: list[list[str]], named: list[set[str]]):
+        """A batch's path candidates, computed together (`xh.retrieval.paths.path_candidates_batch`)."""
+        return path_candidates_batch(
+            ir_lists,
+            lambda docs: self.term_weights_batch(analyzed, docs),
+            lambda ids: link_directions(self.graph, ids, PATH_LINK_POOL),
             named,
             top=self.settings.path_top,
             neighbours=self.settings.path_neighbours,
+            pool=PATH_LINK_POOL,
         )
 
     def rerank_scores(self, question: str, doc_ids: list[str]) -> np.ndarray:
@@ -211,20 +252,28 @@ class Retriever:
     def question_paths(self, questions: list[str]) -> list[PathCandidates]:
         """Each question's path candidates as `candidates` scores them: training data for a path scorer."""
         analyzed, ir_results, links = self._search(questions)
+        named = [{link.doc_id for link in linked} for linked in links]
         return [
-            self.path_candidates(terms, list(ir.doc_ids), {link.doc_id for link in linked})
-            for terms, ir, linked in zip(analyzed, ir_results, links)
+            found.candidates for found in self._question_paths(analyzed, [list(ir.doc_ids) for ir in ir_results], named)
         ]
 
     def candidates(self, qids: list[str], questions: list[str]) -> list[dict]:
         """Candidate rows (ir, el, exp) for a batch of questions."""
         analyzed, ir_results, links = self._search(questions)
+        ir_lists = [list(ir.doc_ids) for ir in ir_results]
+        paths = [None] * len(qids)
+        if self.path_scorer is not None and self.path_reranker is None:  # the batch's pairs, all at once
+            paths = self._question_paths(analyzed, ir_lists, [{link.doc_id for link in linked} for linked in links])
         rows: list[dict] = []
-        for qid, question, terms, ir, linked in zip(qids, questions, analyzed, ir_results, links):
-            rows += self._question_rows(qid, question, terms, list(ir.doc_ids), ir.scores.tolist(), linked)
+        for qid, question, terms, ir_ids, ir, linked, found in zip(
+            qids, questions, analyzed, ir_lists, ir_results, links, paths
+        ):
+            rows += self._question_rows(qid, question, terms, ir_ids, ir.scores.tolist(), linked, found)
         return rows
 
-    def _question_rows(self, qid, question, terms, ir_ids, ir_scores, linked) -> list[dict]:
+    def _question_rows(
+        self, qid, question, terms, ir_ids, ir_scores, linked, paths: QuestionPaths | None
+    ) -> list[dict]:
         settings, rerank = self.settings, self.reranker is not None
         # the path scorer reads BM25's order and every entity link, as it was trained on
         bm25_ids, named, pair = ir_ids, {link.doc_id for link in linked}, None
@@ -251,7 +300,7 @@ class Retriever:
             order += range(len(order), len(ir_ids))  # the ones past path_top, as they were
             ir_ids, ir_scores, ir_ranker = [ir_ids[i] for i in order], [ir_scores[i] for i in order], "paths"
         elif self.path_scorer is not None:
-            candidates = self.path_candidates(terms, bm25_ids, named)
+            candidates = paths.candidates
             if candidates.pairs:
                 scores = self.path_scorer.score(candidates.features)
                 best = int(np.argmax(scores))
@@ -269,7 +318,10 @@ class Retriever:
             return rows
         scorer, exp_ranker = None, "links"
         if terms and pair is not None and settings.path_expansion:
-            scorer, exp_ranker = (lambda ids: self._path_neighbours(terms, bm25_ids, named, pair, list(ids))), "paths"
+            scorer, exp_ranker = (
+                (lambda ids: self._path_neighbours(terms, bm25_ids, named, pair, list(ids), paths)),
+                "paths",
+            )
         elif terms and rerank:
             scorer, exp_ranker = (lambda ids: self._rerank_neighbours(question, terms, list(ids))), "reranker"
         elif terms:
@@ -286,15 +338,26 @@ class Retriever:
         return rows
 
     def _path_neighbours(
-        self, terms: list[str], bm25_ids: list[str], named: set[str], pair: tuple[str, str], doc_ids: list[str]
+        self,
+        terms: list[str],
+        bm25_ids: list[str],
+        named: set[str],
+        pair: tuple[str, str],
+        doc_ids: list[str],
+        paths: QuestionPaths,
     ) -> np.ndarray:
         """Expansion neighbours scored by the path scorer as the second document of a pair with either
-        document of the chosen pair, the better of the two."""
-        settings = self.settings
-        links = {a: self.graph.directions(a, settings.expansion_max_neighbours) for a in pair}
+        document of the chosen pair, the better of the two. The links and weights the pairs were chosen
+        with are read again, not looked up again."""
+        settings, limit = self.settings, self.settings.expansion_max_neighbours
+        links = {}
+        for a in pair:
+            known = paths.neighbours(a, limit)
+            links[a] = known if known is not None else self.graph.directions(a, limit)
         pairs = [(a, n) for n in doc_ids for a in pair]
         docs = list(dict.fromkeys([*bm25_ids[:1], *pair, *doc_ids]))
-        features = pair_features(pairs, bm25_ids, settings.path_top, self.term_weights(terms, docs), docs, links, named)
+        weights = paths.weights_of(docs, lambda ids: self.term_weights(terms, ids))
+        features = pair_features(pairs, bm25_ids, settings.path_top, weights, docs, links, named)
         return self.path_scorer.score(features).reshape(len(doc_ids), len(pair)).max(axis=1)
 
     def _rerank_neighbours(self, question: str, terms: list[str], doc_ids: list[str]) -> np.ndarray:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from xh.jsonfiles import InputFileError
 from xh.storage import S3Settings, join, open_input, open_output
@@ -43,8 +45,11 @@ __all__ = [
     "PathCandidates",
     "PathScorer",
     "PathScorerFileError",
+    "QuestionPaths",
+    "link_directions",
     "pair_features",
     "path_candidates",
+    "path_candidates_batch",
     "SCORER_FILE",
 ]
 
@@ -64,6 +69,34 @@ class PathCandidates(NamedTuple):
     features: np.ndarray  # (len(pairs), len(FEATURES)) float32
 
 
+class QuestionPaths(NamedTuple):
+    """One question's pairs and what they were computed from, which the expansion's pairs reuse."""
+
+    candidates: PathCandidates
+    docs: list[str]  # the documents weighed: the first `top` ir documents, then their linked ones
+    weights: np.ndarray  # (terms, docs): each question term's BM25 weight in each
+    linked: dict[str, dict[str, str]]  # each first document's link neighbours (at most `pool`) and direction
+    pool: int  # the most neighbours asked for per first document
+
+    def neighbours(self, doc_id: str, limit: int) -> dict[str, str] | None:
+        """`doc_id`'s first `limit` neighbours (as `LinkGraph.directions` lists them) where `linked` holds
+        them; None where it does not (not a first document, or cut at `pool` below `limit`)."""
+        found = self.linked.get(doc_id)
+        if found is None or (len(found) >= self.pool and limit > self.pool):
+            return None
+        return found if len(found) <= limit else dict(list(found.items())[:limit])
+
+    def weights_of(self, docs: Sequence[str], term_weights: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        """(terms, docs) weights of `docs`: those weighed already copied, only the others asked for."""
+        column = {d: i for i, d in enumerate(self.docs)}
+        missing = [d for d in docs if d not in column]
+        if not missing:
+            return self.weights[:, [column[d] for d in docs]]
+        more = term_weights(missing)
+        column |= {d: len(self.docs) + i for i, d in enumerate(missing)}
+        return np.concatenate([self.weights, more], axis=1)[:, [column[d] for d in docs]]
+
+
 def path_candidates(
     ir_ids: Sequence[str],
     term_weights: Callable[[list[str]], np.ndarray],
@@ -73,28 +106,72 @@ def path_candidates(
     top: int,
     neighbours: int,
 ) -> PathCandidates:
-    """The pairs of one question and their features.
+    """The pairs of one question and their features (`path_candidates_batch` for one question).
 
     `ir_ids`: the ir documents in BM25's order; `term_weights(ids)`: the BM25 weight of each analyzed
     question term in each document, (terms, docs), 0 where absent; `links(a)`: a's neighbours in the
     link graph, doc id -> "out" (a links to it), "in" or "both"; `named`: the documents the question's
     entity links name.
     """
-    first = list(dict.fromkeys(ir_ids[:top]))
-    if not first:
-        return PathCandidates([], np.zeros((0, len(FEATURES)), np.float32))
-    in_top = set(first)
-    linked = {a: links(a) for a in first}
-    extra = list(dict.fromkeys(b for a in first for b in linked[a] if b not in in_top))
-    docs = first + extra
-    weights = term_weights(docs)
-    bm25 = dict(zip(docs, weights.sum(axis=0).tolist()))
-    pairs = []
-    for a in first:
-        # a's `neighbours` linked documents of highest BM25 (the sort is stable: link order breaks ties)
-        kept = sorted((b for b in linked[a] if b not in in_top), key=lambda b: -bm25[b])[:neighbours]
-        pairs += [(a, b) for b in [*first, *kept] if b != a]
-    return PathCandidates(pairs, pair_features(pairs, ir_ids, top, weights, docs, linked, named))
+    return path_candidates_batch(
+        [ir_ids],
+        lambda docs: [term_weights(docs[0])],
+        lambda ids: [links(a) for a in ids],
+        [named],
+        top=top,
+        neighbours=neighbours,
+    )[0].candidates
+
+
+def path_candidates_batch(
+    ir_lists: Sequence[Sequence[str]],
+    term_weights: Callable[[list[list[str]]], list[np.ndarray]],
+    links: Callable[[list[str]], list[dict[str, str]]],
+    named: Sequence[set[str]],
+    *,
+    top: int,
+    neighbours: int,
+    pool: int = 0,
+) -> list[QuestionPaths]:
+    """The pairs of a batch of questions and their features, with one call of `links` (every first
+    document's neighbours) and one of `term_weights` (each question's documents, (terms, docs) per
+    question) for the whole batch; `pool`: the `limit` that `links` cuts each neighbour list at."""
+    firsts = [list(dict.fromkeys(ir_ids[:top])) for ir_ids in ir_lists]
+    found = iter(links([a for first in firsts for a in first]))
+    linked = [{a: next(found) for a in first} for first in firsts]
+    docs = []
+    for first, near in zip(firsts, linked):
+        in_top = set(first)
+        docs.append(first + list(dict.fromkeys(b for a in first for b in near[a] if b not in in_top)))
+    weights = term_weights(docs) if docs else []
+    out = []
+    for ir_ids, first, near, doc_list, w, names in zip(ir_lists, firsts, linked, docs, weights, named):
+        if not first:
+            out.append(QuestionPaths(PathCandidates([], np.zeros((0, len(FEATURES)), np.float32)), [], w, {}, pool))
+            continue
+        in_top, column = set(first), {d: i for i, d in enumerate(doc_list)}
+        bm25 = dict(zip(doc_list, w.sum(axis=0).tolist()))
+        pairs, a_cols, b_cols, codes = [], [], [], []
+        for i, a in enumerate(first):
+            # a's `neighbours` linked documents of highest BM25 (the sort is stable: link order breaks ties)
+            kept = sorted((b for b in near[a] if b not in in_top), key=lambda b: -bm25[b])[:neighbours]
+            others = [*first[:i], *first[i + 1 :], *kept]  # the first documents are docs' first columns
+            pairs += [(a, b) for b in others]
+            a_cols += [i] * len(others)
+            b_cols += [*range(i), *range(i + 1, len(first)), *(column[b] for b in kept)]
+            codes += [_DIRECTION.get(near[a].get(b), 0) for b in others]
+        features = _features(
+            np.array(a_cols, np.intp),
+            np.array(b_cols, np.intp),
+            np.array(codes, np.int8),
+            ir_ids,
+            top,
+            w,
+            doc_list,
+            names,
+        )
+        out.append(QuestionPaths(PathCandidates(pairs, features), doc_list, w, near, pool))
+    return out
 
 
 def pair_features(
@@ -110,32 +187,124 @@ def pair_features(
     which hold every document of the pairs; `linked[a]`: a's link neighbours and their direction. A
     document's BM25 is taken over the question's best, BM25's first ir document."""
     column = {d: i for i, d in enumerate(docs)}
+    a = np.array([column[a] for a, _ in pairs], np.intp)
+    b = np.array([column[b] for _, b in pairs], np.intp)
+    codes = np.array([_DIRECTION.get(linked.get(x, {}).get(y), 0) for x, y in pairs], np.int8)
+    return _features(a, b, codes, ir_ids, top, weights, docs, named)
+
+
+_DIRECTION = {"out": 1, "in": 2, "both": 3}  # bit 1: a links to b, bit 2: b links to a
+
+
+def _features(
+    a: np.ndarray,
+    b: np.ndarray,
+    codes: np.ndarray,
+    ir_ids: Sequence[str],
+    top: int,
+    weights: np.ndarray,
+    docs: Sequence[str],
+    named: set[str],
+) -> np.ndarray:
+    """`pair_features` of pairs given as the columns of their documents in `weights` / `docs` and their
+    link direction codes (`_DIRECTION`): each document's features once, then gathered per pair."""
+    features = np.zeros((len(a), len(FEATURES)), np.float32)
+    if not len(a):
+        return features
     rank = {d: i for i, d in reversed(list(enumerate(ir_ids)))}
     in_top = set(ir_ids[:top])
     bm25 = weights.sum(axis=0)
     present = weights > 0
     num_terms = max(1, weights.shape[0])
-    best = float(bm25[column[ir_ids[0]]]) if ir_ids and ir_ids[0] in column else float(bm25.max(initial=0.0))
+    first = next((i for i, d in enumerate(docs) if d == ir_ids[0]), None) if ir_ids else None
+    best = float(bm25[first]) if first is not None else float(bm25.max(initial=0.0))
     best = max(best, 1e-9)
+    per_doc = np.empty((len(docs), len(_PER_DOC)))
+    per_doc[:, 0] = bm25 / best
+    per_doc[:, 1] = 1.0 / (1 + np.array([rank.get(d, len(ir_ids)) for d in docs], np.int64))
+    per_doc[:, 2] = [d in in_top for d in docs]
+    per_doc[:, 3] = [d in named for d in docs]
+    per_doc[:, 4] = present.sum(axis=0) / num_terms
+    width = len(_PER_DOC)
+    features[:, :width] = per_doc[a]
+    features[:, width : 2 * width] = per_doc[b]
+    features[:, 2 * width] = codes & 1
+    features[:, 2 * width + 1] = codes >> 1
+    features[:, 2 * width + 2] = (present[:, a] | present[:, b]).sum(axis=0) / num_terms
+    return features
 
-    def doc(d: str) -> list[float]:
-        c = column[d]
-        return [
-            float(bm25[c]) / best,
-            1.0 / (1 + rank.get(d, len(ir_ids))),
-            float(d in in_top),
-            float(d in named),
-            float(present[:, c].sum()) / num_terms,
-        ]
 
-    per_doc = {d: doc(d) for d in dict.fromkeys(d for pair in pairs for d in pair)}
-    rows = []
-    for a, b in pairs:
-        direction = linked.get(a, {}).get(b)
-        both_terms = float((present[:, column[a]] | present[:, column[b]]).sum()) / num_terms
-        out, back = float(direction in ("out", "both")), float(direction in ("in", "both"))
-        rows.append([*per_doc[a], *per_doc[b], out, back, both_terms])
-    return np.asarray(rows, np.float32).reshape(len(rows), len(FEATURES))
+def link_directions(graph, doc_ids: Sequence[str], limit: int) -> list[dict[str, str]]:
+    """`graph.directions(d, limit)` (`xh.retrieval.expansion.LinkGraph`) of each doc, the same dicts in
+    the same order, computed over all their edges at once. A doc with more in-links than `4 * limit` (a
+    hub) goes through `directions` itself, which reads a hub's in-links a chunk at a time."""
+    idx = _index_in(graph.doc_ids, doc_ids)
+    out: list[dict[str, str]] = [{} for _ in doc_ids]
+    in_count = np.where(idx >= 0, graph.in_offsets[idx + 1] - graph.in_offsets[np.maximum(idx, 0)], 0)
+    for k in np.flatnonzero((idx >= 0) & (in_count > 4 * limit)).tolist():
+        out[k] = graph.directions(doc_ids[k], limit)
+    at = np.flatnonzero((idx >= 0) & (in_count <= 4 * limit))
+    if not len(at):
+        return out
+    seeds = idx[at]
+    n = np.int64(graph.num_docs)
+
+    def edges(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(owner, position) of each seed's edges in `offsets`' order, seed by seed."""
+        begin, count = offsets[seeds], offsets[seeds + 1] - offsets[seeds]
+        owner = np.repeat(np.arange(len(seeds)), count)
+        return owner, np.arange(count.sum()) - np.repeat(np.cumsum(count) - count - begin, count)
+
+    out_owner, out_edge = edges(graph.out_offsets)
+    in_owner, in_at = edges(graph.in_offsets)
+    out_key = out_owner * n + graph.edge_dst[out_edge]
+    in_key = in_owner * n + graph.edge_src[graph.in_edges[in_at]]
+    # each seed's distinct out-links in edge order (np.unique's first occurrences, put back in order)
+    out_key = out_key[np.sort(np.unique(out_key, return_index=True)[1])]
+    out_rank = _rank_within(out_key // n)
+    outs = np.bincount(out_key // n, minlength=len(seeds))
+    both = np.isin(out_key, in_key)
+    in_key = in_key[np.sort(np.unique(in_key, return_index=True)[1])]
+    in_key = in_key[~np.isin(in_key, out_key)]
+    in_rank = _rank_within(in_key // n) + outs[in_key // n]
+    key = np.concatenate([out_key[out_rank < limit], in_key[in_rank < limit]])
+    kind = np.concatenate(
+        [np.where(both, "both", "out")[out_rank < limit], np.full(int((in_rank < limit).sum()), "in")]
+    )
+    order = np.argsort(key // n, kind="stable")  # seed by seed, out-links before in-links
+    key, kind = key[order], kind[order].tolist()
+    ids = graph.doc_ids.take(pa.array(key % n, pa.int64())).to_pylist()
+    ends = np.cumsum(np.bincount(key // n, minlength=len(seeds))).tolist()
+    start = 0
+    for k, end in zip(at.tolist(), ends):
+        out[k] = dict(zip(ids[start:end], kind[start:end]))
+        start = end
+    return out
+
+
+def _index_in(sorted_ids: pa.Array, ids: Sequence[str]) -> np.ndarray:
+    """The index of each id in `sorted_ids` (distinct, in str order), -1 where absent: `LinkGraph.index_of`
+    with one binary search for all the ids, Arrow comparing the strings, instead of one search each."""
+    if not len(sorted_ids) or not len(ids):
+        return np.full(len(ids), -1, np.int64)
+    query = pa.array(ids, pa.string())
+    lo, hi = np.zeros(len(ids), np.int64), np.full(len(ids), len(sorted_ids), np.int64)
+    while (active := lo < hi).any():
+        mid = np.where(active, (lo + hi) // 2, 0)
+        # UTF-8 byte order, which is str order
+        less = np.asarray(pc.less(sorted_ids.take(pa.array(mid)), query), bool)
+        lo, hi = np.where(active & less, mid + 1, lo), np.where(active & ~less, mid, hi)
+    at = np.minimum(lo, len(sorted_ids) - 1)
+    same = np.asarray(pc.equal(sorted_ids.take(pa.array(at)), query), bool)
+    return np.where((lo < len(sorted_ids)) & same, lo, -1)
+
+
+def _rank_within(owner: np.ndarray) -> np.ndarray:
+    """Position of each entry among the entries of its owner (`owner` sorted)."""
+    if not len(owner):
+        return owner
+    first = np.r_[0, np.flatnonzero(owner[1:] != owner[:-1]) + 1]
+    return np.arange(len(owner)) - np.repeat(first, np.diff(np.r_[first, len(owner)]))
 
 
 @dataclass
