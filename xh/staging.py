@@ -6,7 +6,7 @@ failed run re-run resumes after its last finished stage; then its outputs move i
     graphs = stages.run("graphs", lambda: read_stage(parsed, s3).map_batches(build))
     stages.resumed, stages.seconds                 # the stages a re-run skipped; seconds per stage
     write_quarantine([parsed, graphs], quarantine_uri, s3)   # {reason: count}
-    replace_partition(predictions, partition_uri, s3)
+    # the predictions' partition: `xh.partitions` (a run adds its rows)
     count_rows(partition_uri, s3)
     usable_rows(parsed, s3)                       # the rows the next stage reads (0: skip its actor pool)
 
@@ -181,17 +181,6 @@ class Stages:
     def clear(self) -> None:
         fs, path = resolve(self.staging, self.s3)
         fs.delete_dir(path)
-
-
-def replace_partition(staged: str, target: str, s3: S3Settings | None) -> int:
-    """Move a stage's Parquet files into a partition, replacing what an earlier run left there; returns their count."""
-    fs, _ = resolve(staged, s3)
-    _, dst = empty_folder(target, s3)
-    files = list_files(staged, s3, suffix=".parquet")
-    for f in files:
-        path = resolve(f, s3)[1]
-        fs.move(path, f"{dst}/{path.rsplit('/', 1)[1]}")
-    return len(files)
 
 
 def count_rows(uri: str, s3: S3Settings | None) -> int:
