@@ -15,6 +15,7 @@ import pytest
 
 from xh import schemas
 from xh.config import RetrieveConfig
+from xh.retrieval import candidates
 from xh.retrieval.bm25 import BM25Shard, CorpusStats, search_shards
 from xh.retrieval.candidates import PATH_LINK_POOL, Retriever
 from xh.retrieval.expansion import LinkGraph
@@ -181,7 +182,8 @@ def test_link_directions_are_the_graphs_own_for_every_document(sample):
     assert link_directions(small, [], 5) == []
 
 
-def test_term_weights_of_a_batch_are_each_querys_own_over_several_shards(sample):
+@pytest.mark.parametrize("cells", [None, 300])
+def test_term_weights_of_a_batch_are_each_querys_own_over_several_shards(sample, cells, monkeypatch):
     from xh.retrieval.rerank import passage_text
 
     records, (shards, linker, graph), _, corpus = sample
@@ -205,7 +207,10 @@ def test_term_weights_of_a_batch_are_each_querys_own_over_several_shards(sample)
         + ["no such doc"]
         for q in range(len(queries))
     ]
+    if cells is not None:  # many blocks, cut where a block's terms x documents pass `cells`
+        monkeypatch.setattr(candidates, "BATCH_WEIGHT_CELLS", cells)
     got = retriever.term_weights_batch(queries, docs)
+    assert len(got) == len(queries)
     for terms, doc_ids, weights in zip(queries, docs, got):
         np.testing.assert_array_equal(weights, retriever.term_weights(terms, doc_ids))
     assert sum(int((w > 0).sum()) for w in got) > 100

@@ -63,6 +63,9 @@ from xh.storage import S3Settings, resolve
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
 PATH_LINK_POOL = 200
+# Terms x documents that one slice of a shard crosses in `Retriever.term_weights_batch` (at most as many
+# weights come back, most of them another query's, dropped).
+BATCH_WEIGHT_CELLS = 1 << 21
 
 
 class Passages:
@@ -190,8 +193,19 @@ class Retriever:
         return weights
 
     def term_weights_batch(self, terms: list[list[str]], doc_ids: list[list[str]]) -> list[np.ndarray]:
-        """`term_weights` of many queries, each with its own documents: one lookup of all the documents and
-        one slice of each shard for the lot, instead of one per query."""
+        """`term_weights` of many queries, each with its own documents: one lookup of the documents and one
+        slice of each shard for a block of queries, instead of one per query. A block's slice crosses all
+        its terms with all its documents, so blocks are cut at `BATCH_WEIGHT_CELLS` of those."""
+        out, start, cells = [], 0, (0, 0)
+        for end, (t, d) in enumerate(zip(terms, doc_ids)):
+            grown = (cells[0] + len(t), cells[1] + len(d))
+            if end > start and grown[0] * grown[1] > BATCH_WEIGHT_CELLS:
+                out += self._term_weights_block(terms[start:end], doc_ids[start:end])
+                start, grown = end, (len(t), len(d))
+            cells = grown
+        return out + self._term_weights_block(terms[start:], doc_ids[start:])
+
+    def _term_weights_block(self, terms: list[list[str]], doc_ids: list[list[str]]) -> list[np.ndarray]:
         sizes = [(len(t), len(d)) for t, d in zip(terms, doc_ids)]
         starts = np.cumsum([0, *(t * d for t, d in sizes)])
         flat = np.zeros(int(starts[-1]), dtype=np.float64)

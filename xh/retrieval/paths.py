@@ -15,12 +15,20 @@ BM25's first document, 1 / (1 + rank in BM25's ir list), whether it is in the fi
 entity links name it, and the share of the question's terms it contains; for the pair, whether a
 links to b and b to a, and the share of the question's terms in a or b.
 
+A query actor computes them per batch of questions (`path_candidates_batch`): the links of every
+question's first documents in one vectorised pass over the graph's edges (`link_directions`), the term
+weights of every question's documents in one slice of each shard (`Retriever.term_weights_batch`), and
+each question's features from per-document arrays gathered per pair (`pair_features`), never pair by
+pair in Python.
+
 The model (`PathScorer`): the features standardised, one hidden layer (16 ReLU units), one score per
 pair; trained listwise (`PathScorer.fit`: a softmax over each question's pairs, the gold pair the
 target, full-batch Adam), which takes seconds on a CPU, and scores ~100 pairs a question in
 microseconds with numpy. What it needs is what a query actor holds anyway: the BM25 shards (scores
 and term weights of any document), the link graph and the entity linker; no text, no GPU. The
-retriever also ranks expansion neighbours with it, as pairs with the chosen pair's documents.
+retriever also ranks expansion neighbours with it, as pairs with the chosen pair's documents (their
+links and weights read from the batch's where it has them). `PathScorer.load` checks the file: JSON,
+this code's feature list, the weights' shapes and finite values.
 
 Its recall against BM25 on the real HotpotQA sample (`bench/rerank.py --path-scorer`) and the
 ablations: docs/results.md.
