@@ -1,10 +1,11 @@
-"""MLflow models-from-code entry point: MLflow runs this file when it loads a registered XH model.
+"""The registered XH model's pyfunc loader: the `loader_module` its MLmodel names.
 
-Nothing in the project imports it; `xh.registry.log_and_register` names it as the `python_model`.
+MLflow imports this module from the installed `xh` package (a version carries no code) and calls
+`_load_pyfunc` with the version's data folder, the saved-model folder of `xh.model.saved`.
 """
 
-from mlflow.models import set_model
+from xh.registry import LoadedVersion
 
-from xh.registry import XHPyfunc
 
-set_model(XHPyfunc())
+def _load_pyfunc(data_path: str) -> LoadedVersion:
+    return LoadedVersion(data_path)

@@ -3,13 +3,19 @@
     log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
     version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
     model, tokenizer = load_version(version["name"], version["version"])
-    model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")
+    model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
+    model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")   # the same, through MLflow
     model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
     decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0, missed=quarantined_ids)
     rollback("xh-hotpot")
 
-The pyfunc is logged from code (`xh/pyfunc_entry.py`), with the safetensors weights, tokenizer and
-config as its artifact and the `xh` package as its code: loading it unpickles nothing.
+A version's files are data only: the safetensors weights, tokenizer and config (the saved-model folder,
+the pyfunc's `data`), its MLmodel, signature and requirements; no code. Its pyfunc is MLflow's `loader_module`
+flavour naming `xh.pyfunc_entry`, which MLflow imports from the installed `xh` package. Promotion, rollback and
+scoring go further (`load_registered`): they read MLmodel as YAML only to find the data folder, and build the
+model with this package's classes, so that nothing written to the artifact store (a `code/` folder, a python
+file, a pickle, another loader module in a rewritten MLmodel) ever runs with the job's credentials. Serving the
+pyfunc (`mlflow models serve`) therefore needs the project installed: the image, or `--env-manager local`.
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
 challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
 `floor`); the move is a compare-and-swap under a lease kept in the registry, and every version it
@@ -24,15 +30,16 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import pandas as pd
+import yaml
 
 from xh.config import ConfigError, XHConfig
 
 INPUT_COLUMNS = ["qid", "question", "graph"]
-PYFUNC_ENTRY = Path(__file__).with_name("pyfunc_entry.py")
-PACKAGE_DIR = Path(__file__).parent
+LOADER_MODULE = "xh.pyfunc_entry"  # MLflow imports it from the installed package; never from the artifact
 PREVIOUS_CHAMPION_TAG = "previous_champion"  # the last of HISTORY_TAG (kept for older readers)
 HISTORY_TAG = "champion_history"  # JSON list of every version @champion replaced, oldest first
 LEASE_TAG = "promotion_lease"  # {"owner", "expires"}: the promotion that may move @champion now
@@ -61,6 +68,19 @@ class XHPyfunc(mlflow.pyfunc.PythonModel):
             rows.append(row | {"qid": qid, "question": question})
         batch_graphs = int((params or {}).get("batch_graphs", 8))
         return predictions_frame(predict_graphs(self.model, self.tokenizer, rows, batch_graphs=batch_graphs))
+
+
+class LoadedVersion:
+    """A registered version's model, as `xh.pyfunc_entry._load_pyfunc` gives it to MLflow and `load_registered`
+    to promotion and scoring: `predict(frame, params)` of the saved-model folder `data_path`."""
+
+    def __init__(self, data_path: str):
+        self.pyfunc = XHPyfunc()
+        self.pyfunc.load_context(SimpleNamespace(artifacts={"model": data_path}))
+        self.model, self.tokenizer = self.pyfunc.model, self.pyfunc.tokenizer
+
+    def predict(self, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
+        return self.pyfunc.predict(None, model_input, params)
 
 
 def predictions_frame(predictions: Sequence[dict]) -> pd.DataFrame:
@@ -141,9 +161,8 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         info = mlflow.pyfunc.log_model(
             name="model",
-            python_model=str(PYFUNC_ENTRY),
-            artifacts={"model": model_dir},
-            code_paths=[str(PACKAGE_DIR)],
+            loader_module=LOADER_MODULE,
+            data_path=model_dir,
             signature=infer_signature(example_input, example_output, params={"batch_graphs": 8}),
             input_example=example_input,
             pip_requirements=pip_requirements(),
@@ -196,10 +215,47 @@ def resolve_model(uri: str) -> dict:
     return {"name": name, "version": str(version.version), "run_id": version.run_id or ""}
 
 
+def version_files(name: str, version: str) -> tuple[Path, dict]:
+    """A registered version's files, downloaded, and its MLmodel read as YAML (data: nothing in it runs)."""
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
+    try:
+        meta = yaml.safe_load((local / "MLmodel").read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"{name} version {version} has no readable MLmodel: {e}".splitlines()[0]) from None
+    return local, meta if isinstance(meta, dict) else {}
+
+
+def data_folder(local: Path, meta: dict, what: str) -> str:
+    """The saved-model folder inside a version's files: the pyfunc's `data` (versions logged before, from code:
+    the artifact `model`). Only a folder inside the version's files; whatever code the MLmodel names is ignored."""
+    conf = (meta.get("flavors") or {}).get("python_function") or {}
+    relative = conf.get("data") or ((conf.get("artifacts") or {}).get("model") or {}).get("path")
+    folder = (local / str(relative or "")).resolve()
+    if not relative or not folder.is_relative_to(local.resolve()) or not folder.is_dir():
+        raise ValueError(f"{what} names no model folder inside its files (python_function data: {relative!r})")
+    return str(folder)
+
+
+def load_registered(name: str, version: str) -> LoadedVersion:
+    """A registered version loaded from its data alone with this package's classes (on the GPU when there is
+    one): no code from the artifact store runs, whatever its MLmodel says."""
+    local, meta = version_files(name, version)
+    return LoadedVersion(data_folder(local, meta, f"{name} version {version}"))
+
+
+def input_columns(meta: dict) -> list[str]:
+    """The input column names of a version's signature (MLmodel's `signature.inputs`, a JSON string)."""
+    try:
+        inputs = json.loads(((meta.get("signature") or {}).get("inputs")) or "[]")
+    except (TypeError, json.JSONDecodeError):
+        return []
+    return [c.get("name") for c in inputs if isinstance(c, dict)]
+
+
 def load_version(name: str, version: str) -> tuple:
-    """A registered version's XH model and tokenizer, loaded through its pyfunc (on the GPU when there is one)."""
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{version}").unwrap_python_model()
-    return pyfunc.model, pyfunc.tokenizer
+    """A registered version's XH model and tokenizer (`load_registered`)."""
+    loaded = load_registered(name, version)
+    return loaded.model, loaded.tokenizer
 
 
 # --- promotion -------------------------------------------------------------------------------------
@@ -218,12 +274,11 @@ def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, m
     from xh.eval.hotpot import evaluate_hotpot
     from xh.inference import hotpot_gold, hotpot_prediction_file
 
-    model = mlflow.pyfunc.load_model(f"models:/{name}/{version}")
-    schema = model.metadata.get_input_schema()
-    names = schema.input_names() if schema is not None else []
+    local, meta = version_files(name, version)
+    names = input_columns(meta)
     if names != INPUT_COLUMNS:
         raise ValueError(f"signature mismatch: inputs {names}, expected {INPUT_COLUMNS}")
-    frame = model.predict(graph_input(rows))
+    frame = LoadedVersion(data_folder(local, meta, f"{name} version {version}")).predict(graph_input(rows))
     predictions = [
         {k: json.loads(v) if k in ("supporting_facts", "evidence", "label_probs") else v for k, v in p.items()}
         for p in frame.to_dict("records")
@@ -394,9 +449,9 @@ def _release_lease(client, name: str, owner: str) -> None:
 
 
 def version_loads(name: str, version: str) -> str | None:
-    """None when the registered version's pyfunc loads, else why not (one line)."""
+    """None when the registered version's model loads (`load_registered`), else why not (one line)."""
     try:
-        mlflow.pyfunc.load_model(f"models:/{name}/{version}")
+        load_registered(name, version)
     except Exception as e:
         return f"{type(e).__name__}: {e}".splitlines()[0]
     return None
