@@ -149,7 +149,7 @@ def epoch_history(run_id: str) -> list[dict]:
 
     client = MlflowClient()
     keys = ("epoch_seconds", "epoch_batches", "epoch_real_tokens", "real_token_fraction", "distinct_step_shapes")
-    keys += ("gpu_memory_peak_gib",)
+    keys += ("gpu_memory_peak_gib", "encode_wait_fraction")
     columns = {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)] for k in keys}
     return [dict(zip(columns, values)) for values in zip(*(v for v in columns.values() if v))]
 
@@ -171,6 +171,8 @@ def train_figures(name: str, summary: dict, seconds: float) -> dict:
         "first_epoch_s": round(epochs[0]["epoch_seconds"], 2),
         "later_epoch_s": round(statistics.mean(e["epoch_seconds"] for e in later), 2),
         "gpu_memory_peak_gib": round(max((e.get("gpu_memory_peak_gib", 0.0) for e in epochs), default=0.0), 2),
+        # the share of the later epochs the step loop waited for its next batch: near 1, input-bound
+        "encode_wait_fraction": round(statistics.mean(e["encode_wait_fraction"] for e in later), 3),
         "dev_f1": round(summary["metrics"].get("dev_f1", 0.0), 4),
     }
 

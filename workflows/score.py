@@ -217,9 +217,9 @@ def _in_batches(rows, batch_size: int, actors: int):
     """The stage's rows in equal blocks, one block per actor call (`map_batches(batch_size=None)`):
     at most `batch_size` rows each, and as many blocks as a multiple of the pool's `actors`, so that
     the actors finish together. Blocks of a fixed size leave a last round in which one actor works and
-    the others wait: at 5,000 questions in blocks of 256 on two actors, half a block of one core, about
-    5% of the run. Materialized before the pool starts: the repartition task wants a whole CPU, and
-    actors that hold the rest would starve it (a run that never starts, not a slow one)."""
+    the others wait (what it cost: docs/results.md, batch scoring). Materialized before the pool
+    starts: the repartition task wants a whole CPU, and actors that hold the rest would starve it (a
+    run that never starts, not a slow one)."""
     n = rows.count()  # from the staged Parquet files' footers
     blocks = -(-max(1, -(-n // batch_size)) // actors) * actors
     return rows.repartition(max(1, min(n, blocks))).materialize()
@@ -246,9 +246,22 @@ def _graphs(parsed: str, cfg: XHConfig, paths: dict, s3):
     )
 
 
-def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3, corpus_cache: str):
+def model_pool(sc, use_gpu: bool) -> dict:
+    """How the model actors run: a pool of `score.inference_workers`, one GPU each where there are GPUs.
+    On CPUs a call takes a whole block (`_in_batches`); Ray refuses GPU actors without a batch size, so
+    there a call takes `score.batch_size` rows, which is what a block holds at most."""
     from ray.data import ActorPoolStrategy
 
+    return {
+        "batch_size": sc.batch_size if use_gpu else None,
+        "batch_format": "pyarrow",
+        "compute": ActorPoolStrategy(size=sc.inference_workers),
+        "num_cpus": sc.inference_cpus,
+        "num_gpus": 1 if use_gpu else 0,
+    }
+
+
+def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3, corpus_cache: str):
     sc = cfg.score
     provenance = {
         "model_name": model["name"],
@@ -257,15 +270,9 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
         "corpus_snapshot": snapshot,
         "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
     }
-    return _in_batches(
-        read_stage(graphs, s3), sc.batch_size, sc.inference_workers
-    ).map_batches(
+    return _in_batches(read_stage(graphs, s3), sc.batch_size, sc.inference_workers).map_batches(
         _InferenceActor,
-        batch_size=None,  # a whole block a call
-        batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=sc.inference_workers),
-        num_cpus=sc.inference_cpus,
-        num_gpus=1 if use_gpu else 0,
+        **model_pool(sc, use_gpu),
         fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, cfg.mlflow, s3),
         fn_constructor_kwargs={"corpus_cache": join(corpus_cache, hashlib.sha256(snapshot.encode()).hexdigest()[:16])},
     )
