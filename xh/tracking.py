@@ -112,10 +112,18 @@ def absolute_tracking(cfg: XHConfig) -> XHConfig:
     return cfg.model_copy(update={"mlflow": m.model_copy(update={"tracking_uri": uri, "artifact_location": location})})
 
 
+# Summary keys whose own keys are data, not names: quarantine reasons are free text (quotes, brackets)
+# that MLflow refuses in a metric name; a stage logs them as a file.
+NOT_METRICS = frozenset({"quarantine_reasons"})
+
+
 def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:
-    """The numbers of a nested summary as dotted MLflow metric names (`retrieve.eval.all.supp_recall@2`)."""
+    """The numbers of a nested summary as dotted MLflow metric names (`retrieve.eval.all.supp_recall_at_2`),
+    leaving out `NOT_METRICS` at any depth (the demo's summary nests every stage's)."""
     out: dict[str, float] = {}
     for key, value in tree.items():
+        if key in NOT_METRICS:
+            continue
         name = f"{prefix}{key}".replace("@", "_at_")
         if isinstance(value, dict):
             out.update(flatten_numbers(value, name + "."))
