@@ -18,8 +18,13 @@ file, a pickle, another loader module in a rewritten MLmodel) ever runs with the
 pyfunc (`mlflow models serve`) therefore needs the project installed: the image, or `--env-manager local`.
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
 challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
-`floor`); the move is a compare-and-swap under a lease kept in the registry, and every version it
-replaces is appended to the registered model's tag `champion_history`, whose last `rollback` restores.
+`floor`); the move is a compare-and-swap under the registry lock, and every version it replaces is
+appended to the registered model's tag `champion_history`, whose last `rollback` restores.
+
+The registry lock of `NAME` is the registered model `NAME.promotion-lock`: creating a registered model is a
+conditional create in the registry's database (its name is the primary key), which exactly one of any number
+of simultaneous promotions wins, whatever the latency of each. It carries {owner, expires} as tags; an
+expired lock (a holder that died) is broken by the one process that creates its break marker.
 """
 
 from __future__ import annotations
@@ -42,9 +47,9 @@ INPUT_COLUMNS = ["qid", "question", "graph"]
 LOADER_MODULE = "xh.pyfunc_entry"  # MLflow imports it from the installed package; never from the artifact
 PREVIOUS_CHAMPION_TAG = "previous_champion"  # the last of HISTORY_TAG (kept for older readers)
 HISTORY_TAG = "champion_history"  # JSON list of every version @champion replaced, oldest first
-LEASE_TAG = "promotion_lease"  # {"owner", "expires"}: the promotion that may move @champion now
-LEASE_TTL_S = 120.0
-LEASE_SETTLE_S = 0.5
+LOCK_SUFFIX = ".promotion-lock"  # the registered model NAME.promotion-lock exists while a promotion holds NAME
+LEASE_TTL_S = 120.0  # a lock older than this is a dead holder's: the locked steps take a few registry calls
+LOCK_POLL_S = 0.5
 
 
 class XHPyfunc(mlflow.pyfunc.PythonModel):
@@ -311,9 +316,9 @@ def promote(
     returned. A champion that cannot be loaded or evaluated is compared against nothing: the challenger
     must then pass `floor`, like a first model.
 
-    The alias moves as a compare-and-swap: under the registry lease (`LEASE_TAG`) `@champion` is read
-    again, and if another promotion moved it meanwhile, the challenger is evaluated against the new
-    champion instead. The decision names the champion it was compared against (`champion`); every
+    The alias moves as a compare-and-swap: under the registry lock (`LOCK_SUFFIX`) `@champion` is read
+    again, and if another promotion moved it meanwhile, the lock is given back, the challenger is evaluated
+    against the new champion, and the swap is tried again. The decision names the champion it was compared against (`champion`); every
     replaced version is appended to the registered model's `champion_history` tag. `missed`: ids of
     evaluation questions quarantined at graph building; both models score 0 on them (the official rule).
     """
@@ -370,28 +375,28 @@ def promote(
     verdict = judge(champion and champion.version)
     if not verdict["promoted"]:
         return _record(client, name, verdict, challenger)
-    owner = uuid.uuid4().hex
-    try:
-        _acquire_lease(client, name, owner, lease_timeout_s)
-    except TimeoutError as e:
-        return _record(client, name, verdict | {"promoted": False, "reason": str(e)}, challenger)
-    try:
-        while True:  # compare-and-swap: the champion judged against must still be the champion
+    while True:  # compare-and-swap: the champion judged against must still be the champion
+        owner = uuid.uuid4().hex
+        try:
+            _acquire_lease(client, name, owner, lease_timeout_s)
+        except TimeoutError as e:
+            return _record(client, name, verdict | {"promoted": False, "reason": str(e)}, challenger)
+        try:
             current = _version_of(client, name, "champion")
             current_version = current and current.version
             if current_version == verdict["champion"]:
-                break
-            verdict = judge(current_version)  # another promotion won meanwhile: judge against its champion
-            if not verdict["promoted"]:
+                if current_version is not None:
+                    history = champion_history(client, name) + [current_version]
+                    client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
+                    client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, current_version)
+                client.set_registered_model_alias(name, "champion", challenger.version)
                 return _record(client, name, verdict, challenger)
-        if current_version is not None:
-            history = champion_history(client, name) + [current_version]
-            client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
-            client.set_registered_model_tag(name, PREVIOUS_CHAMPION_TAG, current_version)
-        client.set_registered_model_alias(name, "champion", challenger.version)
-        return _record(client, name, verdict, challenger)
-    finally:
-        _release_lease(client, name, owner)
+        finally:
+            _release_lease(client, name, owner)
+        # another promotion won meanwhile: judge against its champion, outside the lock (evaluation is long)
+        verdict = judge(current_version)
+        if not verdict["promoted"]:
+            return _record(client, name, verdict, challenger)
 
 
 def _now() -> str:
@@ -411,41 +416,91 @@ def champion_history(client, name: str) -> list[str]:
     return [tags[PREVIOUS_CHAMPION_TAG]] if tags.get(PREVIOUS_CHAMPION_TAG) else []
 
 
-# --- the registry lease ----------------------------------------------------------------------------
-# MLflow has no conditional write, so the lease is a registered-model tag {owner, expires}: a
-# promotion writes its own, waits `LEASE_SETTLE_S`, and holds the lease only if it reads its own back
-# (a competitor that wrote later wins, and the first backs off); an expired lease may be taken over.
+# --- the registry lock -----------------------------------------------------------------------------
+# A registered model created per lock, because creation is the one conditional write MLflow offers: the
+# store refuses a second model of the same name (RESOURCE_ALREADY_EXISTS, also for SQLite's IntegrityError).
+
+_BUSY = {"RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"}
 
 
-def _read_lease(client, name: str) -> dict | None:
-    raw = client.get_registered_model(name).tags.get(LEASE_TAG)
+def _create(client, lock: str, tags: dict[str, str]) -> bool:
+    """Create the registered model `lock`: True for the one caller that did, False when it exists."""
     try:
-        return json.loads(raw) if raw else None
-    except json.JSONDecodeError:
-        return None
+        client.create_registered_model(lock, tags=tags, description="registry lock of xh promotions; see xh.registry")
+        return True
+    except Exception as e:  # an embedded SQLite store may answer a simultaneous write with "database is locked"
+        if getattr(e, "error_code", None) in _BUSY or "database is locked" in str(e):
+            return False
+        raise
+
+
+def _read_lock(client, lock: str) -> dict | None:
+    try:
+        return dict(client.get_registered_model(lock).tags)
+    except mlflow.exceptions.MlflowException as e:
+        if e.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+
+
+def _expired(held: dict) -> bool:
+    try:
+        return float(held.get("expires", 0)) < time.time()
+    except ValueError:
+        return True
+
+
+def _delete(client, lock: str) -> None:
+    try:
+        client.delete_registered_model(lock)
+    except mlflow.exceptions.MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+
+
+def _break(client, lock: str, dead_owner: str) -> None:
+    """Remove the expired lock of `dead_owner`. Of all processes that found it expired, only the one that
+    creates its break marker removes it, and only while it still is `dead_owner`'s: a later holder's lock is
+    never removed by a slow breaker. A marker left by a breaker that died expires too."""
+    marker = f"{lock}.broken-{dead_owner}"
+    if not _create(client, marker, {"expires": str(time.time() + LEASE_TTL_S)}):
+        left = _read_lock(client, marker)
+        if left is not None and _expired(left):
+            _delete(client, marker)
+        return
+    try:
+        held = _read_lock(client, lock)
+        if held is not None and held.get("owner") == dead_owner and _expired(held):
+            _delete(client, lock)
+    finally:
+        _delete(client, marker)
 
 
 def _acquire_lease(client, name: str, owner: str, timeout_s: float) -> None:
+    """Hold `name`'s registry lock as `owner`, waiting up to `timeout_s` for its holder (TimeoutError)."""
+    lock = name + LOCK_SUFFIX
     deadline = time.monotonic() + timeout_s
     while True:
-        lease = _read_lease(client, name)
-        if lease is None or lease.get("owner") == owner or float(lease.get("expires", 0)) < time.time():
-            lease = {"owner": owner, "expires": time.time() + LEASE_TTL_S}
-            client.set_registered_model_tag(name, LEASE_TAG, json.dumps(lease))
-            time.sleep(LEASE_SETTLE_S)
-            held = _read_lease(client, name)
-            if held is not None and held.get("owner") == owner:
-                return
+        if _create(client, lock, {"owner": owner, "expires": str(time.time() + LEASE_TTL_S), "model": name}):
+            return
+        held = _read_lock(client, lock)
+        if held is not None and _expired(held):
+            _break(client, lock, held.get("owner", ""))
+            continue
         if time.monotonic() > deadline:
-            holder = (lease or {}).get("owner", "?")
-            raise TimeoutError(f"another promotion (lease {holder}) holds {name}'s registry lease; try again later")
-        time.sleep(LEASE_SETTLE_S + random.random() * LEASE_SETTLE_S)
+            holder = (held or {}).get("owner", "?")
+            raise TimeoutError(
+                f"another promotion ({holder}) holds {name}'s registry lock (the registered model {lock}); "
+                "try again later"
+            )
+        time.sleep(LOCK_POLL_S * (1 + random.random()))
 
 
 def _release_lease(client, name: str, owner: str) -> None:
-    lease = _read_lease(client, name)
-    if lease is not None and lease.get("owner") == owner:
-        client.delete_registered_model_tag(name, LEASE_TAG)
+    lock = name + LOCK_SUFFIX
+    held = _read_lock(client, lock)
+    if held is not None and held.get("owner") == owner:
+        _delete(client, lock)
 
 
 def version_loads(name: str, version: str) -> str | None:
