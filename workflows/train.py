@@ -95,6 +95,22 @@ def token_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256):
     return plan_token_batches(sample, num_train, cfg)
 
 
+def step_plan(cfg: XHConfig, train_ds, num_train: int):
+    """The run's step plan: `batch_graphs` graphs a batch, or with `batching=tokens` the token plan alone
+    (`batch_graphs` does not apply there, so it must not refuse a run)."""
+    if cfg.train.batching == "tokens":
+        return token_plan(cfg, train_ds, num_train)
+    return plan_steps(
+        num_train,
+        workers=cfg.train.workers,
+        batch_size=cfg.train.batch_graphs,
+        grad_accum=cfg.train.grad_accum,
+        epochs=cfg.train.epochs,
+        max_steps=cfg.train.max_steps,
+        unit="graphs",
+    )
+
+
 def _kinds(cfg: XHConfig) -> tuple[str, ...] | None:
     """The question types one model trains and is evaluated on (None: all of them)."""
     kind = cfg.train.question_types
@@ -130,17 +146,7 @@ def fit(cfg: XHConfig) -> dict:
     dev_graphs = dev_source(cfg, paths["graphs"], s3)
     train_ds, dev_ds = datasets(cfg, paths["graphs"], dev_graphs, s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
-    plan = plan_steps(
-        num_train,
-        workers=cfg.train.workers,
-        batch_size=cfg.train.batch_graphs,
-        grad_accum=cfg.train.grad_accum,
-        epochs=cfg.train.epochs,
-        max_steps=cfg.train.max_steps,
-        unit="graphs",
-    )
-    if cfg.train.batching == "tokens":
-        plan = token_plan(cfg, train_ds, num_train)
+    plan = step_plan(cfg, train_ds, num_train)
     log("train", f"{num_train} training graphs, {num_dev} dev graphs; plan {asdict(plan)}")
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None
     storage_path = resolve(paths["storage"], s3)[1] if storage_fs else paths["storage"]
