@@ -246,7 +246,7 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
         assert history == ["1"]
     recorded = json.loads(client.get_model_version(name, later).tags["promotion_decision"])
     assert recorded["champion"] == late["champion"]
-    assert "promotion_lease" not in client.get_registered_model(name).tags
+    assert name + registry.LOCK_SUFFIX not in {m.name for m in client.search_registered_models()}  # released
 
 
 def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decision(
@@ -261,14 +261,13 @@ def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decisio
     _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1)
     client = mlflow.MlflowClient()
     monkeypatch.setattr(registry, "evaluate_version", lambda *a: {"f1": 0.5})
-    lease = {"owner": "someone-else", "expires": time.time() + 60}
-    client.set_registered_model_tag(name, "promotion_lease", json.dumps(lease))
+    lock = name + registry.LOCK_SUFFIX  # the registry lock, held by another promotion
+    client.create_registered_model(lock, tags={"owner": "someone-else", "expires": str(time.time() + 60)})
     blocked = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
     assert not blocked["promoted"] and "holds" in blocked["reason"]
     assert registry._version_of(client, name, "champion") is None
 
-    lease["expires"] = time.time() - 1  # an expired lease is taken over
-    client.set_registered_model_tag(name, "promotion_lease", json.dumps(lease))
+    client.set_registered_model_tag(lock, "expires", str(time.time() - 1))  # an expired lock is broken
     taken = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
     assert taken["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
 
