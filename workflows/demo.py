@@ -44,7 +44,7 @@ from workflows.common import init_ray, log, main, s3_settings
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
 from xh.storage import join, open_input, open_output, resolve
-from xh.tracking import flatten_numbers, stage_run
+from xh.tracking import flatten_numbers, redact, stage_run, tracking_uri_without_credentials
 
 
 def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
@@ -125,7 +125,7 @@ def run(cfg: XHConfig) -> dict:
         stage("score", lambda: score_new_questions(cfg))
         mlflow.log_metrics(flatten_numbers(stages))
         mlflow.log_dict(stages, "summary.json")
-    return {"mlflow_run_id": run_info.info.run_id, **stages}
+    return {"mlflow_run_id": run_info.info.run_id, "mlflow_tracking_uri": shown_uri(cfg.mlflow.tracking_uri), **stages}
 
 
 def _held_out(cfg: XHConfig) -> tuple[list[dict], list[dict]]:
@@ -218,6 +218,19 @@ def _offline_backbone(cfg: XHConfig) -> XHConfig:
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"backbone": backbone})})
 
 
+def shown_uri(tracking_uri: str) -> str:
+    """The tracking URI as the summary prints it: without user info or secret query values."""
+    return redact(tracking_uri_without_credentials(tracking_uri)[0])
+
+
+def mlflow_ui(tracking_uri: str) -> str:
+    """How to look at the runs: a tracking server's own page, or `mlflow ui` over the store."""
+    uri = shown_uri(tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri}  (then open http://127.0.0.1:5000)"
+
+
 def summary_table(summary: dict) -> str:
     """What a person reads at the end: the figures, where everything is, how to look at it."""
     if "fever_eval" in summary:
@@ -251,7 +264,7 @@ def summary_table(summary: dict) -> str:
             f"answer EM {scored['answer_em']:.3f}, {scored['questions_per_s']} questions/s",
         ),
         ("predictions", scored["output"]),
-        ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
+        ("MLflow", mlflow_ui(s["mlflow_tracking_uri"])),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -341,7 +354,7 @@ def run_fever(cfg: XHConfig) -> dict:
         stages["fever_eval"] = stages["score"].pop("official")
         mlflow.log_metrics(flatten_numbers(stages))
         mlflow.log_dict(stages, "summary.json")
-    return {"mlflow_run_id": run_info.info.run_id, **stages}
+    return {"mlflow_run_id": run_info.info.run_id, "mlflow_tracking_uri": shown_uri(cfg.mlflow.tracking_uri), **stages}
 
 
 def split_claims(cfg: XHConfig) -> dict:
@@ -421,7 +434,7 @@ def fever_summary_table(summary: dict) -> str:
         ),
         ("batch scoring", f"{scored['predictions']} predictions, {sum(scored['quarantined'].values())} quarantined"),
         ("predictions", scored["output"]),
-        ("MLflow", "mlflow ui --backend-store-uri sqlite:///runs/mlflow/mlflow.db  (then open http://127.0.0.1:5000)"),
+        ("MLflow", mlflow_ui(s["mlflow_tracking_uri"])),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

@@ -1,0 +1,55 @@
+"""The demo's closing table (`workflows.demo.summary_table`) tells a person how to open the runs of the
+tracking store the demo used, never with the credentials its URI may carry."""
+
+from __future__ import annotations
+
+import pytest
+
+from workflows.demo import shown_uri, summary_table
+
+
+def _summary(tracking_uri: str) -> dict:
+    """A HotpotQA demo summary with every figure the table prints."""
+    return {
+        "mlflow_run_id": "r1",
+        "mlflow_tracking_uri": tracking_uri,
+        "synth": {"docs": 800},
+        "check": {"true_links": 1200},
+        "retrieve": {"eval": {"all": {"supp_recall@2": 0.5, "graph.supp_recall": 0.75}}},
+        "graphs": {"graphs": 60, "quarantined": 0},
+        "train": {"step": 12, "train_graphs": 45, "registered": {"name": "xh-hotpot", "version": "1"}},
+        "evaluate": {"em": 0.1, "f1": 0.2, "sp_f1": 0.3, "joint_f1": 0.05, "questions": 15},
+        "question_types": {"held_out_accuracy": 0.9},
+        "promote": {"promoted": True, "reason": "no champion yet"},
+        "score": {
+            "predictions": 15,
+            "quarantined": {},
+            "answer_em": 0.1,
+            "questions_per_s": 3.0,
+            "output": "runs/demo/predictions",
+        },
+    }
+
+
+def _mlflow_line(summary: dict) -> str:
+    (line,) = [row for row in summary_table(summary).splitlines() if row.startswith("MLflow")]
+    return line
+
+
+@pytest.mark.parametrize(
+    "uri, shown",
+    [
+        ("sqlite:////srv/xh/mlflow.db", "mlflow ui --backend-store-uri sqlite:////srv/xh/mlflow.db  (then open"),
+        ("http://alice:pa55word@tracker.example:5000", "open http://tracker.example:5000"),
+        ("https://tracker.example/?token=t0ken", "open https://tracker.example/?token=***"),
+    ],
+)
+def test_the_table_shows_how_to_open_the_configured_store_without_credentials(uri, shown):
+    line = _mlflow_line(_summary(uri))
+    assert line.split(None, 1)[1].startswith(shown), line
+    assert "runs/mlflow" not in line
+    assert "alice" not in line and "pa55word" not in line and "t0ken" not in line
+
+
+def test_the_summary_keeps_the_uri_without_user_info():
+    assert shown_uri("postgresql://xh:pa55word@db.example:5432/mlflow") == "postgresql://db.example:5432/mlflow"
