@@ -22,7 +22,10 @@ by SHA-256 or S3 ETag; other staging is discarded):
 every row of a run comes from the same model. Predictions land in
 `<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that date and model: a
 run adds its rows, replacing those of the qids it scored again (`xh.partitions`); `score.replace=true`
-makes the run's predictions the whole partition. Quarantined rows land in
+makes the run's predictions the whole partition. With `score.incremental=true` (the scheduled runs)
+a run scores only the input files this model version has not scored with the same content (URI and
+SHA-256 or S3 ETag, recorded in each partition with its rows; `xh.partitions.scored_inputs`), whatever
+their run date; `{run_date}` in `score.input` becomes the run date. Quarantined rows land in
 `<output>/quarantine/<partition>/inputs-<digest of the input file names>/`, one folder per set of inputs.
 The driver never holds the data: it only lists files and moves finished ones.
 """
@@ -39,7 +42,7 @@ from workflows.common import init_ray, log, main, s3_settings
 from xh import schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
-from xh.partitions import plan_merge, publish, recover
+from xh.partitions import partition_path, plan_merge, publish, recover, scored_inputs, write_inputs_record
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.registry import parse_model_uri, resolve_model
@@ -47,6 +50,7 @@ from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
 from xh.staging import (
     Stages,
+    content_digest,
     count_rows,
     fingerprint,
     read_stage,
@@ -148,13 +152,13 @@ class _InferenceActor:
 
 def _paths(cfg: XHConfig, model: dict, run_date: str) -> dict[str, str]:
     root, output = cfg.storage.root, cfg.score.output or join(cfg.storage.root, "predictions")
-    partition = join(f"run_date={run_date}", f"model={model['name']}", f"version={model['version']}")
     return {
         "index": cfg.retrieve.index or join(root, "index", "bm25"),
         "tables": cfg.retrieve.tables or join(root, "tables"),
-        "partition": join(output, partition),
+        "output": output,
+        "partition": partition_path(output, run_date, model["name"], model["version"]),
         "staging": join(output, "_staging", f"{run_date}-{model['name']}-v{model['version']}"),
-        "quarantine": join(output, "quarantine", partition),
+        "quarantine": partition_path(join(output, "quarantine"), run_date, model["name"], model["version"]),
         # DocHopper's paragraph embeddings, per model version (and, below it, per corpus snapshot)
         "corpus_cache": join(output, "_cache", f"{model['name']}-v{model['version']}"),
     }
@@ -170,7 +174,8 @@ def _snapshot(cfg: XHConfig, paths: dict, s3) -> str:
 
 
 # what changes where resources change, not the predictions: not part of the staging fingerprint
-# (nor `replace`, which decides only how the predictions are published)
+# (nor `replace`, which decides only how the predictions are published, nor `incremental`, which decides
+# which files are inputs)
 RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus", "inference_threads", "use_gpu"}
 
 
@@ -178,7 +183,9 @@ def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
     """What a run's stages depend on besides the input files: staging of other settings is not resumed."""
     retrieval, graph = settings_of(cfg)
     return {
-        "score": cfg.score.model_dump(mode="json", exclude={"fail_before", "input", "replace", *RESOURCES}),
+        "score": cfg.score.model_dump(
+            mode="json", exclude={"fail_before", "input", "replace", "incremental", *RESOURCES}
+        ),
         "model": model,
         "retrieve": retrieval.model_dump(mode="json"),
         "graphs": graph.model_dump(mode="json"),
@@ -299,87 +306,162 @@ def _write_quarantine(stages: list[str], root: str, inputs: list[str], replace: 
 # --- the run ---------------------------------------------------------------------------------------
 
 
+def dated_input(pattern: str, run_date: str) -> str:
+    """`score.input` for one run: `{run_date}` in it becomes the run date (YYYY-MM-DD)."""
+    return pattern.replace("{run_date}", run_date)
+
+
+def _unreadable(parsed: str, s3) -> set[str]:
+    """The input files the parse stage could not read at all (gone since listed): not recorded as scored."""
+    import pyarrow.dataset as pads
+
+    fs, path = resolve(parsed, s3)
+    rows = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table(
+        columns=["source"], filter=pads.field("reason") == "unreadable file"
+    )
+    return set(rows["source"].to_pylist())
+
+
+def _new_inputs(inputs: list[str], sc, paths: dict, model: dict, s3) -> tuple[dict[str, str], list[str]]:
+    """({URI: content digest} of the files to score, the files skipped): with `score.incremental` (and
+    not `score.replace`), a file this model version has scored with the same content is skipped."""
+    digests = {uri: content_digest(uri, s3) for uri in inputs}
+    if not sc.incremental or sc.replace:
+        return digests, []
+    scored = scored_inputs(paths["output"], model["name"], model["version"], s3)
+    skipped = [uri for uri, digest in digests.items() if (uri, digest) in scored]
+    return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped
+
+
+def _score(cfg: XHConfig, digests: dict[str, str], model: dict, paths: dict, snapshot: str, run_id: str, s3) -> dict:
+    """The stages over the files in `digests` and the publish of their rows (and record) into the partition."""
+    import ray
+
+    sc, inputs = cfg.score, list(digests)
+    use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
+    digest = fingerprint(inputs, _settings(cfg, model, paths, snapshot), s3, digests)
+    stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
+    if stages.discarded:
+        log("score", "staging of a run with other inputs or settings discarded")
+    limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
+    parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
+    graphs = stages.run(
+        "graphs",
+        lambda: _graphs(parsed, cfg, paths, s3) if usable_rows(parsed, s3) else _no_rows(GRAPHS),
+        schema=GRAPHS,
+    )
+    # never resumed: a run that failed while moving its predictions left that stage incomplete
+    predictions = stages.run(
+        "inference",
+        lambda: (
+            _predictions(graphs, cfg, model, snapshot, use_gpu, s3, paths["corpus_cache"])
+            if usable_rows(graphs, s3)
+            else _no_rows(schemas.PREDICTIONS)
+        ),
+        resume=False,
+        schema=schemas.PREDICTIONS,
+    )
+    recovered = recover(paths["partition"], s3)  # a publish a killed run left half done
+    if recovered:
+        log("score", f"the interrupted publish of an earlier run into the partition was {recovered}")
+    quarantine = _write_quarantine([parsed, graphs], paths["quarantine"], inputs, sc.replace, s3)
+    unreadable = _unreadable(parsed, s3)
+    record = join(paths["staging"], "inputs.json")
+    write_inputs_record(
+        record, {u: d for u, d in digests.items() if u not in unreadable}, s3, mlflow_run_id=run_id, model=model
+    )
+    plan = ray.get(
+        ray.remote(num_cpus=0.25)(plan_merge).remote(
+            predictions, paths["partition"], join(paths["staging"], "kept"), s3, run_id, sc.replace, record
+        )
+    )
+    files = publish(plan, paths["partition"], s3)
+    stages.clear()
+    return {
+        "predictions": plan["rows"],  # this run's
+        "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
+        "quarantined": quarantine,
+        "prediction_files": files,
+        "resumed_stages": stages.resumed,
+        "staging_discarded": stages.discarded,
+        "seconds": {k: round(v, 3) for k, v in stages.seconds.items()},
+        "use_gpu": use_gpu,
+    }
+
+
+def _nothing_new(paths: dict, s3) -> dict:
+    """What a run whose every input file was scored already reports: no stage ran, nothing was published."""
+    recovered = recover(paths["partition"], s3)  # still: a half-done publish is not left for later
+    if recovered:
+        log("score", f"the interrupted publish of an earlier run into the partition was {recovered}")
+    return {
+        "predictions": 0,
+        "replaced_rows": 0,
+        "quarantined": {},
+        "prediction_files": 0,
+        "resumed_stages": [],
+        "staging_discarded": False,
+        "seconds": {},
+        "use_gpu": None,
+    }
+
+
+def _partition_rows(partition: str, s3) -> int:
+    fs, path = resolve(partition, s3)
+    return count_rows(partition, s3) if fs.get_file_info(path).type.name != "NotFound" else 0
+
+
 def run(cfg: XHConfig) -> dict:
     import mlflow
-    import ray
 
     s3, cfg = s3_settings(cfg), absolute_tracking(cfg)
     sc = cfg.score
     parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
     if not sc.input:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
-    inputs = question_files(sc.input, s3)
+    run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
+    inputs = question_files(dated_input(sc.input, run_date), s3)
     if cfg.retrieve.path_scorer:
         PathScorer.load(cfg.retrieve.path_scorer, s3)  # a broken file: one line here, not from every graph actor
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
-    run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     paths = _paths(cfg, model, run_date)
     snapshot = _snapshot(cfg, paths, s3)
-    init_ray(cfg)
-    use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-    log("score", f"model {model['name']} v{model['version']}, {len(inputs)} input file(s), run date {run_date}")
+    digests, skipped = _new_inputs(inputs, sc, paths, model, s3)
+    log(
+        "score",
+        f"model {model['name']} v{model['version']}, {len(digests)} input file(s)"
+        + (f" ({len(skipped)} scored already, skipped)" if skipped else "")
+        + f", run date {run_date}",
+    )
 
     with stage_run(cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
-        digest = fingerprint(inputs, _settings(cfg, model, paths, snapshot), s3)
-        stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
-        if stages.discarded:
-            log("score", "staging of a run with other inputs or settings discarded")
-        limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-        parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
-        graphs = stages.run(
-            "graphs",
-            lambda: _graphs(parsed, cfg, paths, s3) if usable_rows(parsed, s3) else _no_rows(GRAPHS),
-            schema=GRAPHS,
-        )
-        # never resumed: a run that failed while moving its predictions left that stage incomplete
-        predictions = stages.run(
-            "inference",
-            lambda: (
-                _predictions(graphs, cfg, model, snapshot, use_gpu, s3, paths["corpus_cache"])
-                if usable_rows(graphs, s3)
-                else _no_rows(schemas.PREDICTIONS)
-            ),
-            resume=False,
-            schema=schemas.PREDICTIONS,
-        )
-        recovered = recover(paths["partition"], s3)  # a publish a killed run left half done
-        if recovered:
-            log("score", f"the interrupted publish of an earlier run into the partition was {recovered}")
-        quarantine = _write_quarantine([parsed, graphs], paths["quarantine"], inputs, sc.replace, s3)
-        plan = ray.get(
-            ray.remote(num_cpus=0.25)(plan_merge).remote(
-                predictions, paths["partition"], join(paths["staging"], "kept"), s3, mlflow_run.info.run_id, sc.replace
-            )
-        )
-        files = publish(plan, paths["partition"], s3)
-        stages.clear()
-
-        seconds = stages.seconds
+        if digests:
+            init_ray(cfg)
+            done = _score(cfg, digests, model, paths, snapshot, mlflow_run.info.run_id, s3)
+        else:
+            log("score", "every input file was scored already by this model version: nothing to score")
+            done = _nothing_new(paths, s3)
         summary = {
             "model": model,
             "run_date": run_date,
-            "predictions": plan["rows"],  # this run's
-            "partition_rows": count_rows(paths["partition"], s3),  # every input's scored for the date and model
-            "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
-            "quarantined": quarantine,
-            "prediction_files": files,
+            **done,
+            "scored_files": len(digests),
+            "skipped_files": len(skipped),  # scored already by this model version (score.incremental)
+            "partition_rows": _partition_rows(paths["partition"], s3),  # every input's scored for the date and model
             "output": paths["partition"],
-            "resumed_stages": stages.resumed,
-            "staging_discarded": stages.discarded,
-            "seconds": {k: round(v, 3) for k, v in seconds.items()},
             "corpus_snapshot": snapshot,
-            "use_gpu": use_gpu,
         }
-        summary["records"] = summary["predictions"] + sum(quarantine.values())
-        total = sum(seconds.values())
+        summary["records"] = summary["predictions"] + sum(summary["quarantined"].values())
+        total = sum(summary["seconds"].values())
         summary["questions_per_s"] = round(summary["predictions"] / total, 3) if total else None
         mlflow.log_metrics(
             {
                 "predictions": summary["predictions"],
                 "partition_rows": summary["partition_rows"],
-                "quarantined": sum(quarantine.values()),
-                **{f"seconds_{k}": v for k, v in seconds.items()},
+                "quarantined": sum(summary["quarantined"].values()),
+                "skipped_files": len(skipped),
+                **{f"seconds_{k}": v for k, v in summary["seconds"].items()},
             }
         )
         mlflow.set_tags({"model_name": model["name"], "model_version": model["version"], "run_date": run_date})

@@ -235,7 +235,9 @@ class GraphsConfig(Section):
 
 class ScoreConfig(Section):
     input: str | None = Field(
-        None, description="new questions: Parquet or JSON-lines files or a folder (local or s3://)"
+        None,
+        description="new questions: Parquet or JSON-lines files or a folder (local or s3://); `{run_date}` in it "
+        "becomes the run date (YYYY-MM-DD)",
     )
     model: str = Field("models:/xh-hotpot@champion", description="resolved to one version when the run starts")
     output: str | None = Field(None, description="predictions root; default <storage.root>/predictions")
@@ -260,6 +262,11 @@ class ScoreConfig(Section):
         False,
         description="replace the whole run_date/model partition with this run's predictions; default: add this "
         "input's rows to it (a re-scored qid's row replaced, the others kept)",
+    )
+    incremental: bool = Field(
+        False,
+        description="skip input files this model version has scored already (same URI and content: SHA-256 or "
+        "S3 ETag), in any run_date partition; with `replace`, every file is scored",
     )
     # HotpotQA's longest question has a few hundred characters, its largest record (with its context) ~15 kB
     max_question_chars: int | None = Field(

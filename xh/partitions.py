@@ -16,6 +16,11 @@ the replaced ones, then the plan; so a run killed in between leaves a plan that 
 in the next run for the partition) completes when every new file is in, and otherwise undoes by
 deleting the new files it had moved: either way the partition holds one row per qid again. Readers
 skip `_`-prefixed files; while a publish runs they may see a replaced row and its replacement both.
+
+A run also publishes the list of input files it scored (`_inputs-<token>.json`: URI and content digest
+each) in the same plan, so that the record is in the partition exactly when the rows are;
+`scored_inputs` gathers them over every run_date partition of a model version, which incremental
+scoring (`score.incremental`) skips. `replace=True` removes the partition's earlier records with its rows.
 """
 
 from __future__ import annotations
@@ -29,14 +34,29 @@ from xh.staging import empty_folder
 from xh.storage import S3Settings, join, list_files, resolve
 
 PLAN = "_publishing.json"
+INPUTS = "_inputs-"  # + token + ".json": the input files one run scored into the partition
+
+
+def partition_path(output: str, run_date: str, model: str, version) -> str:
+    return join(output, f"run_date={run_date}", f"model={model}", f"version={version}")
 
 
 def _names(uri: str, s3: S3Settings | None) -> list[str]:
     """The Parquet files directly in a partition folder (none when it does not exist)."""
-    try:
-        return [posixpath.basename(f) for f in list_files(uri, s3, suffix=".parquet")]
-    except FileNotFoundError:
-        return []
+    return [n for n in _files(uri, s3) if n.endswith(".parquet")]
+
+
+def _files(uri: str, s3: S3Settings | None) -> list[str]:
+    """The names of the files directly in a folder (none when it does not exist)."""
+    from pyarrow import fs as pafs
+
+    fs, path = resolve(uri, s3)
+    infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    return sorted(posixpath.basename(i.path) for i in infos if i.type == pafs.FileType.File)
+
+
+def _records(names: list[str]) -> list[str]:
+    return [n for n in names if n.startswith(INPUTS) and n.endswith(".json")]
 
 
 def recover(partition: str, s3: S3Settings | None) -> str | None:
@@ -48,7 +68,7 @@ def recover(partition: str, s3: S3Settings | None) -> str | None:
         return None
     with fs.open_input_stream(marker, compression=None) as f:
         plan = json.loads(f.read())
-    present = set(_names(partition, s3))
+    present = set(_files(partition, s3))
     complete = set(plan["add"]) <= present
     for name in plan["remove"] if complete else plan["add"]:
         if name in present:
@@ -58,13 +78,20 @@ def recover(partition: str, s3: S3Settings | None) -> str | None:
 
 
 def plan_merge(
-    staged: str, partition: str, kept: str, s3: S3Settings | None, token: str, replace: bool = False
+    staged: str,
+    partition: str,
+    kept: str,
+    s3: S3Settings | None,
+    token: str,
+    replace: bool = False,
+    inputs: str | None = None,
 ) -> dict:
     """What publishing the staged predictions (a folder of PREDICTIONS Parquet files) into `partition`
     takes: {"add": [[staged file, name in the partition], ...], "remove": [names], "rows": this run's
     rows, "replaced": rows of re-scored qids removed}. Partition files holding a qid of this run are
     rewritten without those rows into `kept` (an empty folder is made there); `token` makes this run's
-    file names unique in the partition."""
+    file names unique in the partition. `inputs`: the run's record of its input files
+    (`write_inputs_record`), published with the rows."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -96,6 +123,10 @@ def plan_merge(
     for f in new:
         if new_rows[f] or (empty_only and f == new[0]):
             add.append([f, f"{token}-{posixpath.basename(f)}"])
+    if inputs is not None:
+        if replace:
+            remove += _records(_files(partition, s3))
+        add.append([inputs, f"{INPUTS}{token}.json"])
     return {"add": add, "remove": remove, "rows": sum(new_rows.values()), "replaced": replaced}
 
 
@@ -121,3 +152,33 @@ def publish(plan: dict, partition: str, s3: S3Settings | None) -> int:
         fs.delete_file(f"{path}/{name}")
     fs.delete_file(f"{path}/{PLAN}")
     return len(plan["add"])
+
+
+def write_inputs_record(uri: str, files: dict[str, str], s3: S3Settings | None, **about) -> None:
+    """The input files a run scored ({URI: content digest}) and `about` it, as the JSON file at `uri`."""
+    fs, path = resolve(uri, s3)
+    record = {**about, "files": [{"uri": u, "digest": d} for u, d in sorted(files.items())]}
+    with fs.open_output_stream(path, compression=None) as out:
+        out.write(json.dumps(record).encode())
+
+
+def scored_inputs(output: str, model: str, version, s3: S3Settings | None) -> dict[tuple[str, str], str]:
+    """(URI, content digest) -> run date of every input file a published run scored with this model
+    version, over all of its run_date partitions under `output` (none when there are none)."""
+    from pyarrow import fs as pafs
+
+    fs, path = resolve(output, s3)
+    dates = [
+        posixpath.basename(i.path)[len("run_date=") :]
+        for i in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+        if i.type == pafs.FileType.Directory and posixpath.basename(i.path).startswith("run_date=")
+    ]
+    scored = {}
+    for run_date in sorted(dates):
+        partition = partition_path(output, run_date, model, version)
+        _, part_path = resolve(partition, s3)
+        for name in _records(_files(partition, s3)):
+            with fs.open_input_stream(f"{part_path}/{name}", compression=None) as f:
+                for entry in json.loads(f.read())["files"]:
+                    scored[(entry["uri"], entry["digest"])] = run_date
+    return scored

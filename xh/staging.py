@@ -79,10 +79,14 @@ class InjectedFailure(RuntimeError):
     """Raised before the stage named by `fail_before` (tests of resumption)."""
 
 
-def fingerprint(inputs: Sequence[str], settings: dict, s3: S3Settings | None) -> str:
-    """A digest of what a run reads and how: each input file's path and content (`content_digest`),
-    and `settings` (JSON-able); staging written under another fingerprint is never resumed."""
-    files = [[uri, content_digest(uri, s3)] for uri in inputs]
+def fingerprint(
+    inputs: Sequence[str], settings: dict, s3: S3Settings | None, digests: dict[str, str] | None = None
+) -> str:
+    """A digest of what a run reads and how: each input file's path and content (`content_digest`, or
+    `digests[uri]` where the caller has it already), and `settings` (JSON-able); staging written under
+    another fingerprint is never resumed."""
+    digests = digests or {}
+    files = [[uri, digests.get(uri) or content_digest(uri, s3)] for uri in inputs]
     text = json.dumps({"inputs": files, "settings": settings}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
