@@ -19,8 +19,8 @@ A saved folder (local or s3://); loading it reads JSON and safetensors only, nev
     config.json          the backbone's transformers config   } absent when the backbone is not saved
     tokenizer files      tokenizer.json, vocab.txt, ...       } (a question-type head on its own)
 
-Re-rankers and question-type classifiers saved before this format (their head in `head.safetensors`,
-the backbone in a `backbone/` folder) still load.
+The layout before this one (the head in `head.safetensors`, the backbone in a `backbone/` folder) is
+refused in one line: nothing writes it any more.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ from xh.storage import S3Settings, download_folder, is_s3, upload_folder
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-LEGACY_HEAD_FILE = "head.safetensors"
-LEGACY_BACKBONE_DIR = "backbone"
+EARLIER_HEAD_FILE = "head.safetensors"  # the layout before this one: refused, with what to do
 
 
 class NotASavedModel(FileNotFoundError, ValueError):
@@ -150,10 +149,14 @@ def _load_local(directory: Path, name: str, config_file: str, format: str, versi
     if config.get("format") != format or config.get("version") != version:
         found = f"format {config.get('format')!r} version {config.get('version')!r}"
         raise ValueError(f"{name}/{config_file}: unsupported {found}")
-    if (directory / LEGACY_HEAD_FILE).is_file():
-        weights, directory = _read_legacy_weights(directory)  # the backbone's files are in its own folder there
-    else:
-        weights = load_file(str(directory / WEIGHTS_FILE))
+    if not (directory / WEIGHTS_FILE).is_file():
+        if (directory / EARLIER_HEAD_FILE).is_file():
+            raise NotASavedModel(
+                f"{name} is a {what} saved in an earlier layout ({EARLIER_HEAD_FILE}, backbone/), "
+                "which is no longer read: train it again"
+            )
+        raise NotASavedModel(f"{name} is not a saved {what} (no {WEIGHTS_FILE})")
+    weights = load_file(str(directory / WEIGHTS_FILE))
     backbone_config, tokenizer = None, None
     if (directory / BACKBONE_CONFIG_FILE).is_file():
         from transformers import AutoConfig
@@ -162,12 +165,3 @@ def _load_local(directory: Path, name: str, config_file: str, format: str, versi
     if (directory / TOKENIZER_CONFIG_FILE).is_file():
         tokenizer = load_tokenizer(directory)
     return SavedModel(config, weights, backbone_config, tokenizer)
-
-
-def _read_legacy_weights(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The layout before this one: the head in head.safetensors, the backbone as its own folder in backbone/."""
-    weights = {f"head.{k}": t for k, t in load_file(str(directory / LEGACY_HEAD_FILE)).items()}
-    backbone_dir = directory / LEGACY_BACKBONE_DIR
-    if (backbone_dir / WEIGHTS_FILE).is_file():
-        weights |= {f"backbone.{k}": t for k, t in load_file(str(backbone_dir / WEIGHTS_FILE)).items()}
-    return weights, backbone_dir
