@@ -198,6 +198,9 @@ def test_a_reranker_saved_in_the_earlier_layout_is_refused_in_one_line(tiny_back
         f"{old} is a re-ranker saved in an earlier layout (head.safetensors, backbone/), "
         "which is no longer read: train it again"
     )
+    (old / "head.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match=r"is not a saved re-ranker \(no model.safetensors\)$"):
+        CrossEncoder.load(str(old))
 
 
 @pytest.mark.slow  # fine-tunes the real MiniLM for 20 steps: ~15 s on two idle cores
