@@ -5,7 +5,6 @@ S3 settings live in one object, `S3Settings`, read from the environment (credent
 taken from config files and never logged). The same object configures every consumer:
 
     pyarrow / Ray Data   settings.pyarrow_fs()            (read_parquet(..., filesystem=...))
-    s3fs                 s3fs.S3FileSystem(**settings.s3fs_kwargs())
     MLflow S3 artifacts  settings.env()["MLFLOW_S3_ENDPOINT_URL"]
     Ray workers          ray.init(runtime_env=settings.ray_runtime_env())   (endpoint and region only)
 
@@ -122,14 +121,6 @@ class S3Settings:
             if self.session_token:
                 kwargs["session_token"] = self.session_token
         return pafs.S3FileSystem(**kwargs)
-
-    def s3fs_kwargs(self) -> dict:
-        kwargs: dict = {"client_kwargs": {"region_name": self.region}}
-        if self.endpoint_url:
-            kwargs["client_kwargs"]["endpoint_url"] = self.endpoint_url
-        if self.access_key_id:
-            kwargs.update(key=self.access_key_id, secret=self.secret_access_key, token=self.session_token)
-        return kwargs
 
     def env(self) -> dict[str, str]:
         """Environment for processes that talk to the store: Ray workers, MLflow clients and servers."""
