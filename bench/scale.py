@@ -173,7 +173,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 
 
 def markdown(results: list[dict]) -> str:
-    """The per-stage figures of every size as one Markdown table (the README's)."""
+    """The per-stage figures of every size as one Markdown table (docs/results.md, "Scale")."""
     lines = [
         "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB | written MiB |",
         "|---:|---|---:|---:|---:|---:|---:|",

@@ -30,7 +30,7 @@ from xh import schemas
 from xh.config import XHConfig
 from xh.graph import store
 from xh.graph.build import ShardBuilder, make_plan, route_file, shard_docs, summarize
-from xh.graph.store import read_graphs  # noqa: F401  (still importable from here, as the README says)
+from xh.graph.store import read_graphs  # noqa: F401  (its old import path; docs/graphs.md names xh.graph.store)
 from xh.storage import join, open_output, resolve
 from xh.tables import GRAPHS, GRAPHS_QUARANTINE, require_complete, staged
 
