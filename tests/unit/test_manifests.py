@@ -1,6 +1,6 @@
 """infra/ against the real schemas, so that a misspelt or misplaced field fails here and not on a cluster.
 
-- RayCluster and RayJob documents: the pinned KubeRay CRDs (../shared/kuberay-crds/v1.6.2), each one's
+- RayCluster, RayJob and RayCronJob documents: the pinned KubeRay CRDs (../shared/kuberay-crds/v1.6.2), each one's
   `spec.versions[v1].schema.openAPIV3Schema` made closed: an object that lists its `properties` and does not
   set `x-kubernetes-preserve-unknown-fields` accepts no other key. (The API server silently prunes an
   unknown field of a custom resource, so `rayStartParms` would be dropped there, not refused.) Their
@@ -36,7 +36,11 @@ INFRA = ROOT / "infra"
 K8S = INFRA / "k8s"
 KUBERAY_CRDS = ROOT.parent / "shared" / "kuberay-crds"
 KUBERAY_VERSION = "v1.6.2"  # the oldest KubeRay the manifests support (authOptions.secretName)
-CRD_FILES = {"RayCluster": "ray.io_rayclusters.yaml", "RayJob": "ray.io_rayjobs.yaml"}
+CRD_FILES = {
+    "RayCluster": "ray.io_rayclusters.yaml",
+    "RayJob": "ray.io_rayjobs.yaml",
+    "RayCronJob": "ray.io_raycronjobs.yaml",  # alpha, behind the operator's RayCronJob feature gate
+}
 K8S_VERSIONS = ("1.32", major_minor(latest_version()))
 
 
@@ -151,7 +155,7 @@ def _crd_validator(folder: Path, kind: str) -> tuple[str, jsonschema.Draft7Valid
 
 
 def crd_errors(doc: dict, folder: Path) -> list[str]:
-    """Every way a RayCluster/RayJob breaks the closed CRD schema, and its metadata Kubernetes' ObjectMeta."""
+    """Every way a RayCluster/RayJob/RayCronJob breaks the closed CRD schema, and its metadata Kubernetes' ObjectMeta."""
     api_version, validator = _crd_validator(folder, doc["kind"])
     errors = [] if doc["apiVersion"] == api_version else [f"apiVersion {doc['apiVersion']} is not {api_version}"]
     for error in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -213,6 +217,30 @@ def test_the_rayjob_the_cronjob_renders_passes_the_crd_schema(tmp_path, kuberay_
     assert job["metadata"]["name"].startswith("xh-score-") and crd_errors(job, kuberay_crds) == []
 
 
+def test_the_raycronjob_runs_the_rayjob_the_cronjob_applies():
+    """The two schedulers run one job: the RayCronJob's template is rayjob-score.yaml's spec."""
+    (template,) = _yaml_docs((K8S / "rayjob-score.yaml").read_text())
+    assert _one("RayCronJob")["spec"]["jobTemplate"] == template["spec"]
+
+
+def test_both_scheduled_scoring_jobs_are_incremental_with_the_cluster_config():
+    """Each scheduler's entrypoint, its --config read from the ConfigMap's file: a valid config that scores
+    only the files the model version has not scored."""
+    import shlex
+
+    from xh.config import load_config
+
+    (template,) = _yaml_docs((K8S / "rayjob-score.yaml").read_text())
+    for spec in (template["spec"], _one("RayCronJob")["spec"]["jobTemplate"]):
+        words = shlex.split(spec["entrypoint"])
+        assert words[:3] == ["python", "-m", "workflows.score"], words
+        config = words[words.index("--config") + 1]
+        assert config == "/etc/xh/cluster.yaml"  # where raycluster.yaml mounts the ConfigMap xh-config
+        overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+        cfg = load_config(K8S / "xh-config" / "cluster.yaml", overrides)
+        assert cfg.score.incremental and not cfg.score.replace and cfg.score.input
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_what_kubectl_kustomize_renders_passes_the_same_schemas(kuberay_crds):
     rendered = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
@@ -252,6 +280,8 @@ MISSPELT = [
     ("RayCluster", lambda d: d["metadata"], "labels", "label"),
     ("RayJob", _submitter, "resources", "resource"),
     ("RayJob", lambda d: d["spec"], "entrypoint", "entryPoint"),
+    ("RayCronJob", lambda d: d["spec"], "schedule", "schedul"),
+    ("RayCronJob", lambda d: d["spec"]["jobTemplate"], "entrypoint", "entryPoint"),
     ("CronJob", _cron_container, "args", "arg"),
     ("CronJob", lambda d: d["spec"], "concurrencyPolicy", "concurrency"),
 ]
