@@ -151,7 +151,8 @@ def epoch_history(run_id: str) -> list[dict]:
     keys = ("epoch_seconds", "epoch_batches", "epoch_real_tokens", "real_token_fraction", "distinct_step_shapes")
     keys += ("gpu_memory_peak_gib", "encode_wait_fraction")
     columns = {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)] for k in keys}
-    return [dict(zip(columns, values)) for values in zip(*(v for v in columns.values() if v))]
+    columns = {k: v for k, v in columns.items() if v}  # no GPU: no memory peak
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
 def train_figures(name: str, summary: dict, seconds: float) -> dict:
