@@ -143,16 +143,7 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
         out.write(bz2.compress(late_bytes) + cut[: len(cut) // 2])
     late_records = len(late) + 1 + 1  # the Latin-1 line and the break
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
-    overrides = [
-        f"storage.root={scoring_world['root']}",
-        f"retrieve.tables={scoring_world['tables']}",
-        f"mlflow.tracking_uri={mlflow_server}",
-        f"score.input={incoming}",
-        f"score.model=models:/{name}@champion",
-        f"score.output={output}",
-        "score.run_date=2026-11-22",
-        "score.batch_size=4",
-    ]
+    overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output, run_date="2026-11-22")
 
     with pytest.raises(InjectedFailure):
         score.run(load_config(None, [*overrides, "score.fail_before=inference"]))
@@ -304,7 +295,10 @@ def test_an_unloadable_champion_is_a_decision_and_rollback_refuses_a_version_tha
     assert json.loads(client.get_registered_model(name).tags["champion_history"]) == ["1", "2"]
 
 
-def _score_overrides(scoring_world, mlflow_server, name: str, incoming: str, output: str) -> list[str]:
+def _score_overrides(
+    scoring_world, mlflow_server, name: str, incoming: str, output: str, run_date: str = "2026-11-23"
+) -> list[str]:
+    """Scoring `incoming` into `output` with `name`'s champion over the scoring world's tables."""
     return [
         f"storage.root={scoring_world['root']}",
         f"retrieve.tables={scoring_world['tables']}",
@@ -312,7 +306,7 @@ def _score_overrides(scoring_world, mlflow_server, name: str, incoming: str, out
         f"score.input={incoming}",
         f"score.model=models:/{name}@champion",
         f"score.output={output}",
-        "score.run_date=2026-11-23",
+        f"score.run_date={run_date}",
         "score.batch_size=4",
     ]
 

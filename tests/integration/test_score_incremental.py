@@ -10,7 +10,7 @@ import uuid
 import mlflow
 import pyarrow.dataset as pads
 
-from tests.integration.test_score import _register, scoring_world  # noqa: F401 (a fixture)
+from tests.integration.test_score import _register, _score_overrides, scoring_world  # noqa: F401 (a fixture)
 from xh.config import load_config
 
 
@@ -42,17 +42,7 @@ def test_a_second_scheduled_run_over_the_same_folder_scores_only_the_new_file(
     _write(f"{incoming}/2026-11-23/b.jsonl", questions[3:5], "b")
 
     def run(run_date: str, *extra: str) -> dict:
-        overrides = [
-            f"storage.root={scoring_world['root']}",
-            f"retrieve.tables={scoring_world['tables']}",
-            f"mlflow.tracking_uri={mlflow_server}",
-            f"score.input={incoming}",
-            f"score.model=models:/{name}@champion",
-            f"score.output={output}",
-            f"score.run_date={run_date}",
-            "score.batch_size=4",
-            *extra,
-        ]
+        overrides = [*_score_overrides(scoring_world, mlflow_server, name, incoming, output, run_date), *extra]
         return score.run(load_config(None, overrides))
 
     def qids(run_date: str) -> list[str]:
