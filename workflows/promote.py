@@ -1,34 +1,56 @@
 """Promotion and rollback in the MLflow registry (config section `promote`).
 
-    python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot
-    python -m workflows.promote --set promote.action=rollback --set promote.model=xh-hotpot
-    xh promote --model xh-hotpot --eval-set runs/demo/graphs/hotpot --metric f1 --min-delta 0.5
+    xh promote --model xh-hotpot --metric f1 --min-delta 0.5        # on the dev split @challenger's training recorded
+    xh promote --model xh-hotpot --eval-set s3://bucket/graphs/hotpot-heldout
+    python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
     xh promote rollback --model xh-hotpot
 
-Every decision is printed as one JSON line and recorded as a tag on the challenger version.
+Promotion judges on held-out data only: a named eval set that shares questions with the challenger's
+training set is refused (one line, exit 2). Each decision is an MLflow run of its own (the eval set logged
+as its input, the decision as `decision.json`), printed as one JSON line and recorded as a tag on the
+challenger version.
 """
 
 from __future__ import annotations
 
+import mlflow
+
 from workflows.common import main, s3_settings
 from xh.config import XHConfig
-from xh.graph.store import quarantined_qids, read_eval_set
-from xh.registry import promote, rollback
-from xh.storage import join
-from xh.tracking import configure
+from xh.registry import alias_version, evaluation_set, promote, rollback
+from xh.tracking import configure, log_datasets, stage_run
 
 
 def run(cfg: XHConfig) -> dict:
     p, s3 = cfg.promote, s3_settings(cfg)
-    if p.action == "rollback":
-        configure(cfg.mlflow, s3)
-        return rollback(p.model)
-    eval_set = p.eval_set or join(cfg.storage.root, "graphs", cfg.model.task)
-    rows = read_eval_set(eval_set, s3)
-    missed = quarantined_qids(eval_set, s3)  # questions without a graph score 0, as in the official script
     configure(cfg.mlflow, s3)
+    if p.action == "rollback":
+        return rollback(p.model)
+    gate = dict(metric=p.metric, min_delta=p.min_delta, floor=p.floor)
+    challenger = alias_version(p.model, "challenger")
+    if challenger is None:
+        return promote(p.model, [], **gate)  # the decision says there is none
+    held = evaluation_set(p.model, challenger, p.eval_set, s3)  # refused here: nothing is evaluated
+    rows = held["rows"]
     task = rows[0]["task"] if rows else "hotpot"
-    return promote(p.model, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task=task, missed=missed)
+    tags = {"model_name": p.model, "challenger": challenger}
+    with stage_run(cfg, "promote", run_name=f"promote-{p.model}", s3=s3, tags=tags) as decision_run:
+        log_datasets([(held["dataset"], "evaluation")])
+        decision = promote(
+            p.model,
+            rows,
+            **gate,
+            task=task,
+            challenger_version=challenger,
+            missed=held["missed"],
+            eval_set=held["uri"],
+            decision_run_id=decision_run.info.run_id,
+        )
+        mlflow.set_tags({"promoted": str(decision["promoted"]).lower(), "champion": str(decision["champion"])})
+        scores = {k: decision[k] for k in ("challenger_score", "champion_score") if isinstance(decision.get(k), float)}
+        mlflow.log_metrics(scores)
+        mlflow.log_dict(decision, "decision.json")
+    return decision
 
 
 if __name__ == "__main__":

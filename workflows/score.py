@@ -59,7 +59,7 @@ from xh.staging import (
     write_quarantine,
 )
 from xh.storage import join, resolve
-from xh.tracking import absolute_tracking, configure, stage_run
+from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
 PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
@@ -466,6 +466,7 @@ def run(cfg: XHConfig) -> dict:
         )
         mlflow.set_tags({"model_name": model["name"], "model_version": model["version"], "run_date": run_date})
         mlflow.log_dict(summary, "score_summary.json")
+        log_scoring_lineage(digests, paths["partition"], summary["partition_rows"], s3)  # inputs and partition
         summary["mlflow_run_id"] = mlflow_run.info.run_id
     return summary
 

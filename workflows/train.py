@@ -23,7 +23,8 @@ from xh.graph.store import require_graphs
 from xh.storage import is_s3, join, resolve
 from xh.tracking import absolute_tracking
 from xh.train.batching import BatchLayout, plan_token_batches
-from xh.train.loop import in_dev_split, train_loop_per_worker
+from xh.train.loop import train_loop_per_worker
+from xh.train.split import dev_missed, in_dev_split, split_record
 from xh.train.state import MODEL_DIR, read_progress
 from xh.train.worker import checkpoint_folder, plan_steps
 
@@ -117,16 +118,27 @@ def _kinds(cfg: XHConfig) -> tuple[str, ...] | None:
     return (kind,) if kind in ("bridge", "comparison") else None
 
 
-def dev_misses(cfg: XHConfig, graphs_uri: str, dev_graphs: str | None, s3) -> list[str]:
-    """Ids of dev questions quarantined at graph building: training's dev metrics count them as misses.
-    A model of one question type misses only quarantined questions of unknown type or its own
-    (a quarantined record keeps its `type` when the data gave one)."""
-    from xh.graph.store import quarantined_qids
+def run_split(cfg: XHConfig, graphs_uri: str, dev_graphs: str | None) -> dict:
+    """The split this run trains on, as recorded with its MLflow run (`xh.train.split`): promotion reads it."""
+    return split_record(graphs_uri, dev_graphs, cfg.train.dev_fraction, _kinds(cfg))
 
-    kinds = _kinds(cfg)
-    if dev_graphs:
-        return quarantined_qids(dev_graphs, s3, kinds)
-    return [q for q in quarantined_qids(graphs_uri, s3, kinds) if in_dev_split(q, cfg.train.dev_fraction)]
+
+def dev_misses(cfg: XHConfig, graphs_uri: str, dev_graphs: str | None, s3) -> list[str]:
+    """Ids of dev questions quarantined at graph building: training's dev metrics count them as misses
+    (`xh.train.split.dev_missed` of this run's split)."""
+    return dev_missed(run_split(cfg, graphs_uri, dev_graphs), s3)
+
+
+def lineage(split: dict, num_train: int, num_dev: int, s3) -> list[tuple[dict, str]]:
+    """The run's inputs for `mlflow.log_input`: its train and dev graphs (source, digest, rows), each digest
+    covering the folder's files and the split that cut it."""
+    from xh.tracking import dataset_ref
+
+    how = {k: split[k] for k in ("dev_fraction", "question_types")}
+    train = dataset_ref(split["graphs"], "graphs-train", {"num_rows": num_train, "split": "train", **how}, s3=s3)
+    dev_folder = split["dev_graphs"] or split["graphs"]
+    dev = dataset_ref(dev_folder, "graphs-dev", {"num_rows": num_dev, "split": "dev", **how}, s3=s3)
+    return [(train, "training"), (dev, "validation")]
 
 
 def fit(cfg: XHConfig) -> dict:
@@ -147,6 +159,7 @@ def fit(cfg: XHConfig) -> dict:
     train_ds, dev_ds = datasets(cfg, paths["graphs"], dev_graphs, s3)
     num_train, num_dev = train_ds.count(), dev_ds.count()
     plan = step_plan(cfg, train_ds, num_train)
+    split = run_split(cfg, paths["graphs"], dev_graphs)
     log("train", f"{num_train} training graphs, {num_dev} dev graphs; plan {asdict(plan)}")
     storage_fs = s3.pyarrow_fs() if is_s3(paths["storage"]) else None
     storage_path = resolve(paths["storage"], s3)[1] if storage_fs else paths["storage"]
@@ -157,7 +170,9 @@ def fit(cfg: XHConfig) -> dict:
             "plan": asdict(plan),
             "storage_dir": join(paths["storage"], cfg.train.run_name),
             "graph_settings": graph_settings(paths["graphs"], s3),
-            "dev_missed": dev_misses(cfg, paths["graphs"], dev_graphs, s3),
+            "dev_missed": dev_missed(split, s3),
+            "split": split,
+            "inputs": lineage(split, num_train, num_dev, s3),
         },
         scaling_config=ScalingConfig(
             num_workers=cfg.train.workers,
@@ -250,11 +265,27 @@ def fit_separate(cfg: XHConfig) -> dict:
     }
 
 
+def record_split(cfg: XHConfig, run_id: str) -> None:
+    """Write `cfg`'s split (all question types of its graphs) as `split.json` of the MLflow run `run_id`."""
+    import mlflow
+
+    from xh.tracking import configure
+    from xh.train.split import SPLIT_ARTIFACT
+
+    s3, graphs = s3_settings(cfg), _paths(cfg)["graphs"]
+    configure(absolute_tracking(cfg).mlflow, s3)
+    mlflow.MlflowClient().log_dict(run_id, run_split(cfg, graphs, dev_source(cfg, graphs, s3)), SPLIT_ARTIFACT)
+
+
 def run(cfg: XHConfig) -> dict:
     from xh.registry import log_and_register
 
     outcome = fit_separate(cfg) if cfg.train.question_types == "separate" else fit(cfg)
     summary = {k: v for k, v in outcome.items() if k != "checkpoint"}
+    if cfg.train.question_types == "separate":
+        # the routed model answers every type: the run it is registered with (the first part's) records
+        # the split of both parts, not its own part's
+        record_split(cfg, outcome["mlflow_run_id"])
     if cfg.train.register_as:
         os.environ.update(s3_settings(cfg).env())
         summary["registered"] = log_and_register(

@@ -283,7 +283,7 @@ class PromoteConfig(Section):
     action: Literal["promote", "rollback"] = "promote"
     model: str = Field("xh-hotpot", description="registered model name")
     eval_set: str | None = Field(
-        None, description="graphs folder with gold labels; default <storage.root>/graphs/<task>"
+        None, description="held-out graphs with gold labels; default: the dev split of the challenger's training run"
     )
     metric: str = Field("f1", description="official metric (x100) to compare: f1, em, joint_f1, label_accuracy, ...")
     min_delta: float = Field(0.5, ge=0.0, description="points the challenger must win by")

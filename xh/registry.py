@@ -273,6 +273,52 @@ def _version_of(client, name: str, alias: str):
         return None
 
 
+def alias_version(name: str, alias: str) -> str | None:
+    """The version `name@alias` points to, or None (no such model or alias)."""
+    found = _version_of(mlflow.MlflowClient(), name, alias)
+    return found and str(found.version)
+
+
+def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> dict:
+    """What promotion evaluates `version` of `name` on, held out from its training: `eval_set` when named,
+    else the dev split its training run recorded (`xh.train.split`). A named set that shares questions with
+    the version's training set is refused (ConfigError, counting them); a version whose run recorded no split
+    (registered from code, or before the record) needs a named set, which is then taken as it is.
+
+    Returns {"uri", "rows", "missed", "dataset"}: the set's description, its graph rows, the ids of its
+    questions without a graph (misses), and its lineage (`xh.tracking.dataset_ref`)."""
+    from xh.graph.store import quarantined_qids, read_eval_set
+    from xh.tracking import dataset_ref
+    from xh.train.split import dev_set, dev_uri, recorded_split, shared_questions
+
+    run_id = mlflow.MlflowClient().get_model_version(name, version).run_id or ""
+    record = recorded_split(run_id)
+    what = f"{name} version {version}"
+    if eval_set is None:
+        if record is None:
+            raise ConfigError(
+                f"{what} has no recorded training split (its run {run_id or '(none)'} has no split.json): "
+                "name held-out graphs with promote.eval_set (--eval-set)"
+            )
+        rows, missed = dev_set(record, s3)
+        uri, folder = dev_uri(record), record["dev_graphs"] or record["graphs"]
+        profile = {"split": "dev", "dev_fraction": record["dev_fraction"], "question_types": record["question_types"]}
+    else:
+        rows, missed = read_eval_set(eval_set, s3), quarantined_qids(eval_set, s3)
+        if record is not None:
+            qids = {r["qid"] for r in rows}
+            shared = shared_questions(record, qids, s3)
+            if shared:
+                raise ConfigError(
+                    f"promote.eval_set {eval_set} shares {shared} of its {len(qids)} questions with the training "
+                    f"set of {what} (run {run_id}): name held-out graphs, or leave it unset for the run's dev split"
+                )
+        uri, folder = eval_set, eval_set
+        profile = {"split": "named", "training_split": "checked" if record is not None else "not recorded"}
+    profile |= {"num_rows": len(rows), "missed": len(missed)}
+    return {"uri": uri, "rows": rows, "missed": missed, "dataset": dataset_ref(folder, "eval-set", profile, s3=s3)}
+
+
 def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
     """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows;
     `missed`: ids of evaluation questions that got no graph, each scored as a miss (`xh.inference.hotpot_gold`)."""
@@ -308,6 +354,8 @@ def promote(
     challenger_version: str | None = None,
     lease_timeout_s: float = 600.0,
     missed: Sequence[str] = (),
+    eval_set: str | None = None,
+    decision_run_id: str | None = None,
 ) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
@@ -321,6 +369,8 @@ def promote(
     against the new champion, and the swap is tried again. The decision names the champion it was compared against (`champion`); every
     replaced version is appended to the registered model's `champion_history` tag. `missed`: ids of
     evaluation questions quarantined at graph building; both models score 0 on them (the official rule).
+    `eval_set` (what the rows are, `evaluation_set`) and `decision_run_id` (the MLflow run that logs the
+    decision and its eval set as an input) go into the decision.
     """
     client = mlflow.MlflowClient()
     if challenger_version is not None:
@@ -338,6 +388,10 @@ def promote(
         "promoted": False,
         "decided_at": _now(),
     }
+    if eval_set is not None:
+        decision |= {"eval_set": eval_set, "eval_questions": len(rows) + len(missed)}
+    if decision_run_id is not None:
+        decision["decision_run_id"] = decision_run_id
     if challenger is None:
         return decision | {"reason": f"{name} has no @challenger"}
     if champion is not None and champion.version == challenger.version:

@@ -235,3 +235,87 @@ class TrainingRun:
 
         self.flush()
         mlflow.end_run()
+
+
+# --- dataset lineage -------------------------------------------------------------------------------
+# MLflow's dataset entities (`mlflow.log_input`): a run names the data it read by source URI, a digest and a
+# profile (row counts), without copying it. The digest of a folder covers its files' names, sizes and
+# modification times (read from a listing: a graphs folder is never re-read to name it).
+
+DIGEST_CHARS = 16  # MLflow keeps at most 36 characters of a dataset digest
+
+
+def _digest(parts) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def files_fingerprint(uri: str, s3: S3Settings | None = None) -> list[tuple[str, int, int]]:
+    """(path inside `uri`, size, modification time in ns) of a file or of every file under a folder."""
+    from xh.storage import list_paths, resolve
+
+    fs, path = resolve(uri, s3)
+    info = fs.get_file_info(path)
+    if info.type.name == "NotFound":
+        return []
+    infos = [info] if info.type.name == "File" else fs.get_file_info(list_paths(fs, path))
+    return sorted(
+        (i.path[len(path) :].lstrip("/"), int(i.size or 0), int(i.mtime_ns or 0))
+        for i in infos
+        if i.type.name == "File"
+    )
+
+
+def dataset_ref(uri: str, name: str, profile: dict, digest_of=None, s3: S3Settings | None = None) -> dict:
+    """A plain description of one dataset a run used (it travels to Ray workers as it is): its source URI, its
+    name, a digest of `digest_of` (default: the files under `uri`) and `profile` (row counts, the split)."""
+    parts = files_fingerprint(uri, s3) if digest_of is None else digest_of
+    return {"uri": redact(uri), "name": name, "digest": _digest([parts, profile]), "profile": dict(profile)}
+
+
+def _dataset(ref: dict):
+    """An MLflow dataset of metadata only (no data is copied), with `ref`'s source, digest and profile."""
+    import json
+
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.data.sources import LocalArtifactDatasetSource, S3ArtifactDatasetSource
+
+    class ProfiledDataset(MetaDataset):
+        @property
+        def profile(self):
+            return ref["profile"]
+
+        def to_dict(self):
+            return super().to_dict() | {"profile": json.dumps(ref["profile"], default=str)}
+
+    uri = ref["uri"]
+    source = S3ArtifactDatasetSource(uri) if is_s3(uri) else LocalArtifactDatasetSource(uri)
+    return ProfiledDataset(source, name=ref["name"], digest=ref["digest"])
+
+
+def log_datasets(refs_by_context: list[tuple[dict, str]], run_id: str | None = None) -> None:
+    """Log each (dataset_ref, context) as an input of the run `run_id` (default: the active run)."""
+    import mlflow
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    inputs = [
+        DatasetInput(_dataset(ref)._to_mlflow_entity(), [InputTag(MLFLOW_DATASET_CONTEXT, context)])
+        for ref, context in refs_by_context
+    ]
+    mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=inputs)
+
+
+def log_scoring_lineage(inputs: dict[str, str], partition: str, rows: int, s3: S3Settings | None = None) -> None:
+    """Scoring's lineage in its active run: each input file it scored (URI and content digest, context
+    `scoring`) and the predictions partition it published into (its rows afterwards, context `predictions`)."""
+    from pathlib import PurePosixPath
+
+    refs = [
+        (dataset_ref(uri, PurePosixPath(uri).name, {"content_digest": digest}, digest_of=digest), "scoring")
+        for uri, digest in inputs.items()
+    ]
+    refs.append((dataset_ref(partition, "predictions", {"num_rows": rows}, s3=s3), "predictions"))
+    log_datasets(refs)

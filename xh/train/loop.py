@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import time
-import zlib
 from pathlib import Path
 
 from xh.config import TrainConfig, XHConfig
@@ -43,15 +42,11 @@ from xh.model.variants import architecture_of, load_saved, new_model, training_b
 from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
 from xh.train.prefetch import Prefetcher
+from xh.train.split import SPLIT_ARTIFACT, in_dev_split  # noqa: F401 (in_dev_split: re-exported)
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
 from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, optimizer_step, report, start_worker
 
 FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
-
-
-def in_dev_split(qid: str, dev_fraction: float) -> bool:
-    """A stable split by qid (the same on every machine and every run)."""
-    return (zlib.crc32(qid.encode("utf-8")) % 10_000) < dev_fraction * 10_000
 
 
 def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
@@ -107,6 +102,17 @@ def log_graph_settings(mlflow, settings: dict) -> None:
     params = {f"graphs.{k}": json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in settings.items()}
     if params:
         mlflow.log_params(params)
+
+
+def log_split(mlflow, split: dict | None, inputs: list) -> None:
+    """The run's split (`split.json`, what promotion reads) and its train and dev graphs as dataset inputs;
+    a resumed run logs the same again (MLflow keeps one input per dataset name and digest)."""
+    from xh.tracking import log_datasets
+
+    if split is not None:
+        mlflow.log_dict(split, SPLIT_ARTIFACT)
+    if inputs:
+        log_datasets([(ref, context) for ref, context in inputs])
 
 
 def fever_dev_metrics(
@@ -237,6 +243,7 @@ def train_loop_per_worker(config: dict) -> None:
         mlflow.set_tag("worker_nodes", str(len(set(nodes))))
         # the graphs table's own settings (edge mode, node counts, ...), as its build recorded them
         log_graph_settings(mlflow, config.get("graph_settings") or {})
+        log_split(mlflow, config.get("split"), config.get("inputs") or [])
     train_shard = ray.train.get_dataset_shard("train")
     dev_rows = (
         [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
