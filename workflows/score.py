@@ -19,7 +19,9 @@ by SHA-256 or S3 ETag; other staging is discarded):
                when there are GPUs)
 
 `score.model` (e.g. `models:/xh-hotpot@champion`) is resolved to one version when the run starts, so
-every row of a run comes from the same model. Predictions land in
+every row of a run comes from the same model, and the graphs are built with that version's pipeline
+(`version_pipeline`: its retrieval and graph settings, models and index; the config gives resources and
+locations; a differing setting is refused unless `score.allow_drift`, and then recorded in each row). Predictions land in
 `<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that date and model: a
 run adds its rows, replacing those of the qids it scored again (`xh.partitions`); `score.replace=true`
 makes the run's predictions the whole partition. With `score.incremental=true` (the scheduled runs)
@@ -43,9 +45,9 @@ from xh import schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
 from xh.partitions import partition_path, plan_merge, publish, recover, scored_inputs, write_inputs_record
-from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline import Pipeline, apply_pipeline, prediction_row, settings_of
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
-from xh.registry import parse_model_uri, resolve_model
+from xh.registry import parse_model_uri, pipeline_of, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
 from xh.staging import (
@@ -268,7 +270,9 @@ def model_pool(sc, use_gpu: bool) -> dict:
     }
 
 
-def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3, corpus_cache: str):
+def _predictions(
+    graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu: bool, s3, corpus_cache: str, drift: dict | None
+):
     sc = cfg.score
     provenance = {
         "model_name": model["name"],
@@ -276,6 +280,7 @@ def _predictions(graphs: str, cfg: XHConfig, model: dict, snapshot: str, use_gpu
         "run_id": model["run_id"],
         "corpus_snapshot": snapshot,
         "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
+        "pipeline_drift": json.dumps(drift, sort_keys=True) if drift else None,
     }
     return _in_batches(read_stage(graphs, s3), sc.batch_size, sc.inference_workers).map_batches(
         _InferenceActor,
@@ -333,7 +338,9 @@ def _new_inputs(inputs: list[str], sc, paths: dict, model: dict, s3) -> tuple[di
     return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped
 
 
-def _score(cfg: XHConfig, digests: dict[str, str], model: dict, paths: dict, snapshot: str, run_id: str, s3) -> dict:
+def _score(
+    cfg: XHConfig, digests: dict[str, str], model: dict, paths: dict, snapshot: str, run_id: str, s3, drift: dict | None
+) -> dict:
     """The stages over the files in `digests` and the publish of their rows (and record) into the partition."""
     import ray
 
@@ -354,7 +361,7 @@ def _score(cfg: XHConfig, digests: dict[str, str], model: dict, paths: dict, sna
     predictions = stages.run(
         "inference",
         lambda: (
-            _predictions(graphs, cfg, model, snapshot, use_gpu, s3, paths["corpus_cache"])
+            _predictions(graphs, cfg, model, snapshot, use_gpu, s3, paths["corpus_cache"], drift)
             if usable_rows(graphs, s3)
             else _no_rows(schemas.PREDICTIONS)
         ),
@@ -411,6 +418,40 @@ def _partition_rows(partition: str, s3) -> int:
     return count_rows(partition, s3) if fs.get_file_info(path).type.name != "NotFound" else 0
 
 
+def version_pipeline(cfg: XHConfig, model: dict, s3) -> tuple[XHConfig, dict | None]:
+    """The config with the version's pipeline (`xh.pipeline.apply_pipeline`: its retrieval and graph settings,
+    trained models and index; a differing setting is refused unless `score.allow_drift`) and the drift opted
+    into ({} for none). A version registered without a pipeline record: the config as it is, drift None.
+    The models copied into the version go to `<output>/_pipeline/NAME-vV/`, where every graph actor reads them."""
+    import tempfile
+
+    from xh.storage import list_files, open_output
+
+    name, version = model["name"], model["version"]
+    with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
+        found = pipeline_of(name, version, dst)
+        if found is None:
+            log(
+                "score",
+                f"warning: {name} v{version} has no pipeline record (registered before versions kept one): "
+                "scored with this config's retrieval and graph settings",
+            )
+            return cfg, None
+        record, local = found
+        copies = join(cfg.score.output or join(cfg.storage.root, "predictions"), "_pipeline", f"{name}-v{version}")
+        for f in list_files(local):
+            relative = f[len(local.rstrip("/")) :].lstrip("/")
+            with open(f, "rb") as source, open_output(join(copies, relative), s3) as out:
+                out.write(source.read())
+    cfg, drift = apply_pipeline(cfg, record, copies, s3, allow_drift=cfg.score.allow_drift)
+    for setting, values in drift.items():
+        log(
+            "score",
+            f"warning: {setting}={values['used']!r}, not the version's {values['version']!r} (score.allow_drift)",
+        )
+    return cfg, drift
+
+
 def run(cfg: XHConfig) -> dict:
     import mlflow
 
@@ -421,10 +462,11 @@ def run(cfg: XHConfig) -> dict:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     inputs = question_files(dated_input(sc.input, run_date), s3)
-    if cfg.retrieve.path_scorer:
-        PathScorer.load(cfg.retrieve.path_scorer, s3)  # a broken file: one line here, not from every graph actor
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
+    cfg, drift = version_pipeline(cfg, model, s3)
+    if cfg.retrieve.path_scorer:
+        PathScorer.load(cfg.retrieve.path_scorer, s3)  # a broken file: one line here, not from every graph actor
     paths = _paths(cfg, model, run_date)
     snapshot = _snapshot(cfg, paths, s3)
     digests, skipped = _new_inputs(inputs, sc, paths, model, s3)
@@ -438,7 +480,7 @@ def run(cfg: XHConfig) -> dict:
     with stage_run(cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
         if digests:
             init_ray(cfg)
-            done = _score(cfg, digests, model, paths, snapshot, mlflow_run.info.run_id, s3)
+            done = _score(cfg, digests, model, paths, snapshot, mlflow_run.info.run_id, s3, drift)
         else:
             log("score", "every input file was scored already by this model version: nothing to score")
             done = _nothing_new(paths, s3)
@@ -451,6 +493,8 @@ def run(cfg: XHConfig) -> dict:
             "partition_rows": _partition_rows(paths["partition"], s3),  # every input's scored for the date and model
             "output": paths["partition"],
             "corpus_snapshot": snapshot,
+            "pipeline": "config" if drift is None else "version",  # config: a version without a pipeline record
+            "pipeline_drift": drift or {},
         }
         summary["records"] = summary["predictions"] + sum(summary["quarantined"].values())
         total = sum(summary["seconds"].values())
@@ -464,7 +508,16 @@ def run(cfg: XHConfig) -> dict:
                 **{f"seconds_{k}": v for k, v in summary["seconds"].items()},
             }
         )
-        mlflow.set_tags({"model_name": model["name"], "model_version": model["version"], "run_date": run_date})
+        mlflow.set_tags(
+            {
+                "model_name": model["name"],
+                "model_version": model["version"],
+                "run_date": run_date,
+                "pipeline": summary["pipeline"],
+                # the settings the user opted to change from the version's (score.allow_drift)
+                "pipeline_drift": json.dumps(drift, sort_keys=True) if drift else "none",
+            }
+        )
         mlflow.log_dict(summary, "score_summary.json")
         log_scoring_lineage(digests, paths["partition"], summary["partition_rows"], s3)  # inputs and partition
         summary["mlflow_run_id"] = mlflow_run.info.run_id

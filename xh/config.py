@@ -268,6 +268,11 @@ class ScoreConfig(Section):
         description="skip input files this model version has scored already (same URI and content: SHA-256 or "
         "S3 ETag), in any run_date partition; with `replace`, every file is scored",
     )
+    allow_drift: bool = Field(
+        False,
+        description="score with retrieval or graph settings (or models, index) that differ from the model "
+        "version's; the predictions and the MLflow run record the drift (docs/scoring.md)",
+    )
     # HotpotQA's longest question has a few hundred characters, its largest record (with its context) ~15 kB
     max_question_chars: int | None = Field(
         2000, ge=1, description="longer questions are quarantined (question too long); None: no limit"

@@ -149,13 +149,20 @@ def model_flavour(model) -> dict[str, str]:
 
 
 def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dict, graphs_uri: str) -> dict:
-    """Log the model folder as a pyfunc into the training run, register a version, give it the alias."""
+    """Log the model folder as a pyfunc into the training run, register a version, give it the alias.
+
+    The version's data is the model folder plus `pipeline/` (`with_pipeline`): the retrieval and graph
+    settings, trained models and index reference that turn a question into the graphs it trained on."""
+    import tempfile
+
     from mlflow.models import infer_signature
 
     from xh.inference import load_model, predict_graphs
     from xh.tracking import configure, environment_tags
 
     configure(cfg.mlflow)
+    staging = tempfile.TemporaryDirectory(prefix="xh-version-")
+    model_dir = with_pipeline(model_dir, staging.name, cfg, graphs_uri)
     example_rows = _first_rows(graphs_uri, 2)
     model, tokenizer = load_model(model_dir)
     example_input = graph_input(example_rows)
@@ -185,12 +192,57 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     }
     for key, value in tags.items():
         client.set_model_version_tag(name, version, key, value)
+    staging.cleanup()
     return {
         "name": name,
         "version": int(version),
         "alias": cfg.train.alias,
         "model_uri": f"models:/{name}@{cfg.train.alias}",
     }
+
+
+PIPELINE_DIR = "pipeline"  # inside the version's data folder: what `pipeline_of` reads
+
+
+def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs_uri: str) -> str:
+    """`staging`/model: a copy of `model_dir` with `pipeline/pipeline.json` (`xh.pipeline.pipeline_record`)
+    and a copy of each small trained model it names (the path scorer). Inside the data folder, because that
+    folder is all that MLflow's loader module (`xh.pyfunc_entry`) is given."""
+    import shutil
+
+    from xh.graph.store import read_summary
+    from xh.pipeline import PIPELINE_FILE, pipeline_record
+    from xh.storage import list_files, open_input
+
+    folder = Path(staging) / "model"
+    shutil.copytree(model_dir, folder)
+    record, copies = pipeline_record(cfg, read_summary(graphs_uri))
+    target = folder / PIPELINE_DIR
+    target.mkdir()
+    for name, uri in copies.items():
+        for f in list_files(uri):
+            local = target / name / f[len(uri.rstrip("/")) :].lstrip("/")
+            local.parent.mkdir(parents=True, exist_ok=True)
+            with open_input(f) as stream:
+                local.write_bytes(stream.read())
+    (target / PIPELINE_FILE).write_text(json.dumps(record, indent=1))
+    return str(folder)
+
+
+def pipeline_of(name: str, version: str, dst: str) -> tuple[dict, str] | None:
+    """(the version's pipeline record, the local folder holding it and its copied models), downloaded into
+    `dst` without the weights; None for a version registered without one."""
+    from mlflow.store.artifact.models_artifact_repo import ModelsArtifactRepository
+
+    from xh.pipeline import PIPELINE_FILE
+
+    repo = ModelsArtifactRepository(f"models:/{name}/{version}")
+    meta = yaml.safe_load(Path(repo.download_artifacts("MLmodel", dst)).read_text()) or {}
+    data = ((meta.get("flavors") or {}).get("python_function") or {}).get("data")
+    if not data or not any(f.path.endswith("/" + PIPELINE_DIR) for f in repo.list_artifacts(data)):
+        return None
+    local = Path(repo.download_artifacts(f"{data}/{PIPELINE_DIR}", dst))
+    return json.loads((local / PIPELINE_FILE).read_text()), str(local)
 
 
 # --- looking a version up -------------------------------------------------------------------------

@@ -167,6 +167,8 @@ PREDICTIONS = pa.schema(
         pa.field("run_id", pa.string(), nullable=False),  # the MLflow run that produced the model
         pa.field("corpus_snapshot", pa.string(), nullable=False),  # the index manifest's fingerprint
         pa.field("scored_at", pa.timestamp("s", tz="UTC"), nullable=False),
+        # JSON {setting: {version, used}} of the settings scored unlike the model version's (score.allow_drift)
+        pa.field("pipeline_drift", pa.string()),
     ]
 )
 

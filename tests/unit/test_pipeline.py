@@ -17,7 +17,7 @@ from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.questions import parse_question_file
 from xh.registry import parse_model_uri
 
-PROVENANCE = {"model_name", "model_version", "run_id", "corpus_snapshot", "scored_at"}
+PROVENANCE = {"model_name", "model_version", "run_id", "corpus_snapshot", "scored_at", "pipeline_drift"}
 
 
 def test_json_lines_records_are_questions_or_quarantined_with_their_line_and_reason():
