@@ -6,23 +6,26 @@
     xh promote rollback --model xh-hotpot
 
 Promotion judges on held-out data only: a named eval set that shares questions with the challenger's
-training set is refused (one line, exit 2). Each decision is an MLflow run of its own (the eval set logged
-as its input, the decision as `decision.json`), printed as one JSON line and recorded as a tag on the
-challenger version.
+training set is refused (one line, exit 2), before Ray starts. Each version is evaluated on a Ray actor
+pool (`xh.promotion`; a GPU per actor where the cluster has GPUs). Each decision is an MLflow run of its
+own (the eval set logged as its input, the decision as `decision.json`), printed as one JSON line and
+recorded as a tag on the challenger version.
 """
 
 from __future__ import annotations
 
 import mlflow
 
-from workflows.common import main, s3_settings
+from workflows.common import init_ray, main, s3_settings
 from xh.config import XHConfig
+from xh.promotion import on_ray
 from xh.registry import alias_version, evaluation_set, promote, rollback
-from xh.tracking import configure, log_datasets, stage_run
+from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
 
 def run(cfg: XHConfig) -> dict:
-    p, s3 = cfg.promote, s3_settings(cfg)
+    s3, cfg = s3_settings(cfg), absolute_tracking(cfg)  # absolute: Ray actors read the tracking store too
+    p = cfg.promote
     configure(cfg.mlflow, s3)
     if p.action == "rollback":
         return rollback(p.model)
@@ -30,7 +33,8 @@ def run(cfg: XHConfig) -> dict:
     challenger = alias_version(p.model, "challenger")
     if challenger is None:
         return promote(p.model, [], **gate)  # the decision says there is none
-    held = evaluation_set(p.model, challenger, p.eval_set, s3)  # refused here: nothing is evaluated
+    held = evaluation_set(p.model, challenger, p.eval_set, s3)  # refused here, before Ray starts
+    init_ray(cfg)
     rows = held["rows"]
     task = rows[0]["task"] if rows else "hotpot"
     tags = {"model_name": p.model, "challenger": challenger}
@@ -45,6 +49,7 @@ def run(cfg: XHConfig) -> dict:
             missed=held["missed"],
             eval_set=held["uri"],
             decision_run_id=decision_run.info.run_id,
+            evaluate=on_ray(mlflow.get_tracking_uri()),  # an actor pool per version; GPUs where present
         )
         mlflow.set_tags({"promoted": str(decision["promoted"]).lower(), "champion": str(decision["champion"])})
         scores = {k: decision[k] for k in ("challenger_score", "champion_score") if isinstance(decision.get(k), float)}

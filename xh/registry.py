@@ -371,21 +371,26 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
     return {"uri": uri, "rows": rows, "missed": missed, "dataset": dataset_ref(folder, "eval-set", profile, s3=s3)}
 
 
-def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
-    """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows;
-    `missed`: ids of evaluation questions that got no graph, each scored as a miss (`xh.inference.hotpot_gold`)."""
-    from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_gold, hotpot_prediction_file
-
+def version_predictions(name: str, version: str, rows: Sequence[dict]) -> list[dict]:
+    """One registered version's predictions on graph rows (in their order), loaded from its data alone; a
+    signature other than the graph input's is refused (ValueError)."""
     local, meta = version_files(name, version)
     names = input_columns(meta)
     if names != INPUT_COLUMNS:
         raise ValueError(f"signature mismatch: inputs {names}, expected {INPUT_COLUMNS}")
     frame = LoadedVersion(data_folder(local, meta, f"{name} version {version}")).predict(graph_input(rows))
-    predictions = [
+    return [
         {k: json.loads(v) if k in ("supporting_facts", "evidence", "label_probs") else v for k, v in p.items()}
         for p in frame.to_dict("records")
     ]
+
+
+def official_metrics(rows: Sequence[dict], predictions: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
+    """HotpotQA's official metrics (FEVER: its scorer, with the slices) of predictions aligned with `rows`;
+    `missed`: ids of evaluation questions that got no graph, each scored as a miss (`xh.inference.hotpot_gold`)."""
+    from xh.eval.hotpot import evaluate_hotpot
+    from xh.inference import hotpot_gold, hotpot_prediction_file
+
     if task == "fever":  # the official scorer: fever_score, label_accuracy, evidence_*, and per slice
         from xh.eval.fever import evaluate_fever, flat_metrics, with_misses
         from xh.inference import fever_gold, fever_prediction_file
@@ -393,6 +398,12 @@ def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, m
         result = evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True)
         return with_misses(flat_metrics(result), len(rows), len(missed))
     return evaluate_hotpot(hotpot_gold(rows, missed), hotpot_prediction_file(predictions))
+
+
+def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
+    """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows,
+    in this process; `missed`: ids of evaluation questions that got no graph, each scored as a miss."""
+    return official_metrics(rows, version_predictions(name, version, rows), task, missed)
 
 
 def promote(
@@ -408,6 +419,7 @@ def promote(
     missed: Sequence[str] = (),
     eval_set: str | None = None,
     decision_run_id: str | None = None,
+    evaluate=None,
 ) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
@@ -422,8 +434,10 @@ def promote(
     replaced version is appended to the registered model's `champion_history` tag. `missed`: ids of
     evaluation questions quarantined at graph building; both models score 0 on them (the official rule).
     `eval_set` (what the rows are, `evaluation_set`) and `decision_run_id` (the MLflow run that logs the
-    decision and its eval set as an input) go into the decision.
+    decision and its eval set as an input) go into the decision. `evaluate`: how a version is evaluated,
+    `evaluate_version`'s signature (default: it, in this process; `xh.promotion.on_ray`: an actor pool).
     """
+    evaluate = evaluate or evaluate_version
     client = mlflow.MlflowClient()
     if challenger_version is not None:
         challenger = client.get_model_version(name, str(challenger_version))
@@ -449,7 +463,7 @@ def promote(
     if champion is not None and champion.version == challenger.version:
         return decision | {"reason": "the challenger already is the champion"}
     try:
-        challenger_metrics = evaluate_version(name, challenger.version, rows, task, missed)
+        challenger_metrics = evaluate(name, challenger.version, rows, task, missed)
     except Exception as e:  # any failure of the challenger is a reason not to promote it
         return _record(client, name, decision | {"reason": f"challenger evaluation failed: {e}"}, challenger)
     if metric not in challenger_metrics:
@@ -465,7 +479,7 @@ def promote(
             return verdict | {"reason": "the challenger already is the champion"}
         if champion_version is not None and champion_version not in champion_scores:
             try:
-                found = evaluate_version(name, champion_version, rows, task, missed)
+                found = evaluate(name, champion_version, rows, task, missed)
                 champion_scores[champion_version] = 100 * found[metric]
             except Exception as e:  # a champion that cannot be scored is no obstacle, but the floor is
                 champion_scores[champion_version] = f"{type(e).__name__}: {e}".splitlines()[0]

@@ -102,6 +102,8 @@ def test_promote_without_an_eval_set_judges_on_the_recorded_dev_split_and_logs_i
     trained, world_graphs, mlflow_server, s3_endpoint
 ):
     from workflows import promote
+    from xh.registry import evaluate_version
+    from xh.train.split import dev_set, recorded_split
 
     mlflow.set_tracking_uri(mlflow_server)
     _, dev = _split(world_graphs)
@@ -109,11 +111,32 @@ def test_promote_without_an_eval_set_judges_on_the_recorded_dev_split_and_logs_i
     assert decision["challenger"] == "1" and "dev split 0.25" in decision["eval_set"]
     assert decision["eval_questions"] == len(dev) == trained["summary"]["dev_graphs"]  # no dev question lost
     assert decision["decision_run_id"] and "challenger_score" in decision
+    rows, missed = dev_set(recorded_split(trained["summary"]["mlflow_run_id"]))
+    in_process = evaluate_version(trained["name"], "1", rows, "hotpot", missed)  # what the actor pool scored
+    assert decision["challenger_score"] == pytest.approx(100 * in_process["f1"])
     evaluation = _inputs(decision["decision_run_id"])["evaluation"]
     assert json.loads(evaluation.source) == {"uri": world_graphs}
     assert json.loads(evaluation.profile).items() >= {"split": "dev", "num_rows": len(dev), "missed": 0}.items()
     recorded = mlflow.MlflowClient().get_model_version(trained["name"], "1").tags["promotion_decision"]
     assert json.loads(recorded)["decision_run_id"] == decision["decision_run_id"]
+
+
+def test_promotion_evaluates_on_a_ray_actor_pool_with_the_metrics_of_an_evaluation_in_process(
+    trained, mlflow_server, ray_cluster, s3_endpoint
+):
+    from xh.promotion import on_ray
+    from xh.registry import evaluate_version
+    from xh.train.split import dev_set, recorded_split
+
+    mlflow.set_tracking_uri(mlflow_server)
+    rows, missed = dev_set(recorded_split(trained["summary"]["mlflow_run_id"]))
+    here = evaluate_version(trained["name"], "1", rows, "hotpot", missed)
+    assert len(rows) >= 2 and set(here) >= {"f1", "em", "joint_f1"}
+    # two actors, each predicting one contiguous shard: the joined predictions keep the rows' order
+    pooled = on_ray(mlflow_server, actors=2, cpus_per_actor=0.5)(trained["name"], "1", rows, "hotpot", missed)
+    assert pooled == pytest.approx(here)
+    with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found|does not exist"):  # the cause, raised here
+        on_ray(mlflow_server, actors=1, cpus_per_actor=0.5)(trained["name"], "99", rows[:1], "hotpot")
 
 
 def _held_out_folder(world_graphs: str, folder: Path, keep: set[str]) -> str:
