@@ -184,6 +184,27 @@ def test_an_eval_set_sharing_questions_with_the_training_set_is_refused_in_one_l
     assert json.loads(_inputs(decision["decision_run_id"])["evaluation"].source) == {"uri": held_out}
 
 
+def test_a_version_without_a_recorded_split_needs_a_named_eval_set(
+    trained, world_graphs, tiny_backbone, mlflow_server, s3_endpoint
+):
+    """A version registered from code (or before training recorded its split): no default eval set, and a
+    named one is taken as it is, its lineage saying that the overlap could not be checked."""
+    from workflows import promote
+    from xh.config import ConfigError
+
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"xh-unrecorded-{uuid.uuid4().hex[:6]}"
+    test_score._register(name, tiny_backbone, world_graphs, mlflow_server, seed=1)
+    overrides = {**trained, "name": name}
+    with pytest.raises(ConfigError, match=f"{name} version 1 has no recorded training split"):
+        promote.run(load_config(None, _promote_overrides(overrides, mlflow_server)))
+    named = _promote_overrides(overrides, mlflow_server, f"promote.eval_set={world_graphs}")
+    decision = promote.run(load_config(None, named))
+    assert decision["eval_set"] == world_graphs and "challenger_score" in decision
+    profile = json.loads(_inputs(decision["decision_run_id"])["evaluation"].profile)
+    assert profile["training_split"] == "not recorded"
+
+
 def test_a_scoring_run_logs_its_input_files_and_the_predictions_partition(
     trained, scoring_world, mlflow_server, s3_endpoint
 ):
