@@ -18,6 +18,7 @@ import mlflow
 
 from workflows.common import init_ray, main, s3_settings
 from xh.config import XHConfig
+from xh.graph.store import require_graphs
 from xh.promotion import on_ray
 from xh.registry import alias_version, evaluation_set, promote, rollback
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
@@ -26,6 +27,8 @@ from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 def run(cfg: XHConfig) -> dict:
     s3, cfg = s3_settings(cfg), absolute_tracking(cfg)  # absolute: Ray actors read the tracking store too
     p = cfg.promote
+    if p.action == "promote" and p.eval_set:  # a missing or broken folder: one line, before MLflow or Ray
+        require_graphs(p.eval_set, s3, "evaluation set")
     configure(cfg.mlflow, s3)
     if p.action == "rollback":
         return rollback(p.model)

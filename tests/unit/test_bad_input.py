@@ -193,6 +193,7 @@ def test_a_graphs_folder_missing_a_column_is_refused_in_one_line_before_ray_star
     graphs = tmp_path / "graphs" / "hotpot"
     _graphs_folder(graphs, drop="edges")
     argv = ["--set", f"storage.root={tmp_path}", "--set", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]
+    argv += ["--set", f"promote.eval_set={graphs}"] if stage == "promote" else []  # promotion has no default folder
     run = {"train": train.run, "promote": promote.run}[stage]
     with pytest.raises(SystemExit) as exit_:
         main(stage, run, argv=argv)

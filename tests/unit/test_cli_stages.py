@@ -19,7 +19,6 @@ def _xh(*args: str, cwd) -> subprocess.CompletedProcess:
         (["train", "--set", "train.epochs=zero"], "error: config key 'train.epochs'"),
         (["score", "--model", "xh-hotpot@champion", "--input", "."], "error: score.model must be models:/"),
         (["score", "--input", "no/such/folder"], "error: "),
-        (["promote", "--model", "xh-hotpot"], "error: no evaluation set at runs/demo/graphs/hotpot"),
         (["promote", "--eval-set", "no/such/graphs"], "error: no evaluation set at no/such/graphs"),
         (["promote", "--min-delta", "-1"], "error: config key 'promote.min_delta'"),
         (["promote", "--floor", "0"], "error: config key 'promote.floor'"),
