@@ -34,19 +34,8 @@ def trained(world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint
         load_config(
             None,
             [
-                f"storage.root={root}",
-                f"ray.address={ray_cluster.address}",
-                f"mlflow.tracking_uri={mlflow_server}",
-                "mlflow.experiment=heldout-tests",
-                f"model.backbone={tiny_backbone}",
-                "model.max_node_tokens=64",
+                *test_score.tiny_training(root, ray_cluster, mlflow_server, "heldout-tests", tiny_backbone),
                 f"train.graphs={world_graphs}",
-                "train.workers=1",
-                "train.batch_graphs=2",
-                "train.cpus_per_worker=0.5",
-                "train.max_steps=2",
-                "train.dev_fraction=0.25",
-                "train.eval_batch_graphs=16",
                 f"train.register_as={name}",
             ],
         )

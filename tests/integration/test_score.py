@@ -295,6 +295,15 @@ def test_an_unloadable_champion_is_a_decision_and_rollback_refuses_a_version_tha
     assert json.loads(client.get_registered_model(name).tags["champion_history"]) == ["1", "2"]
 
 
+def _champion(prefix: str, backbone: str, scoring_world, mlflow_server: str, seed: int) -> str:
+    """A tiny model registered under a new name and made its `@champion`; its name."""
+    mlflow.set_tracking_uri(mlflow_server)
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    _register(name, backbone, scoring_world["graphs"], mlflow_server, seed=seed)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    return name
+
+
 def _score_overrides(
     scoring_world, mlflow_server, name: str, incoming: str, output: str, run_date: str = "2026-11-23"
 ) -> list[str]:
@@ -406,6 +415,24 @@ def typed_graphs(scoring_world) -> str:
     return str(out / "graphs" / "hotpot")
 
 
+def tiny_training(root, ray_cluster, mlflow_server: str, experiment: str, backbone: str) -> list[str]:
+    """Overrides of a 2-step training run of a tiny backbone on the session cluster (a quarter held out)."""
+    return [
+        f"storage.root={root}",
+        f"ray.address={ray_cluster.address}",
+        f"mlflow.tracking_uri={mlflow_server}",
+        f"mlflow.experiment={experiment}",
+        f"model.backbone={backbone}",
+        "model.max_node_tokens=64",
+        "train.workers=1",
+        "train.batch_graphs=2",
+        "train.cpus_per_worker=0.5",
+        "train.max_steps=2",
+        "train.dev_fraction=0.25",
+        "train.eval_batch_graphs=16",
+    ]
+
+
 @pytest.fixture(scope="module", params=["model.hop_variant=gesa", "model.architecture=dochopper"])
 def trained_variant(request, typed_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path_factory):
     """Each variant trained (2 steps) and registered by the same driver and settings as XH."""
@@ -417,20 +444,11 @@ def trained_variant(request, typed_graphs, tiny_backbone, ray_cluster, mlflow_se
         load_config(
             None,
             [
-                f"storage.root={tmp_path_factory.mktemp('variant')}",
-                f"ray.address={ray_cluster.address}",
-                f"mlflow.tracking_uri={mlflow_server}",
-                "mlflow.experiment=variant-tests",
-                f"model.backbone={tiny_backbone}",
-                "model.max_node_tokens=64",
+                *tiny_training(
+                    tmp_path_factory.mktemp("variant"), ray_cluster, mlflow_server, "variant-tests", tiny_backbone
+                ),
                 request.param,
                 f"train.graphs={typed_graphs}",
-                "train.workers=1",
-                "train.batch_graphs=2",
-                "train.cpus_per_worker=0.5",
-                "train.max_steps=2",
-                "train.dev_fraction=0.25",
-                "train.eval_batch_graphs=16",
                 f"train.register_as={name}",
             ],
         )

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import uuid
 
-import mlflow
 import pyarrow.dataset as pads
 
-from tests.integration.test_score import _register, _score_overrides, scoring_world  # noqa: F401 (a fixture)
+from tests.integration.test_score import _champion, _register, _score_overrides, scoring_world  # noqa: F401 (a fixture)
 from xh.config import load_config
 
 
@@ -31,10 +30,7 @@ def test_a_second_scheduled_run_over_the_same_folder_scores_only_the_new_file(
 ):
     from workflows import score
 
-    mlflow.set_tracking_uri(mlflow_server)
-    name = f"xh-incr-{uuid.uuid4().hex[:6]}"
-    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
-    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    name = _champion("xh-incr", tiny_backbone, scoring_world, mlflow_server, seed=3)
     questions = scoring_world["questions"]
     incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"

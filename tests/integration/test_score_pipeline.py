@@ -14,7 +14,7 @@ import mlflow
 import pyarrow.dataset as pads
 import pytest
 
-from tests.integration.test_score import _register, _score_overrides, scoring_world  # noqa: F401 (a fixture)
+from tests.integration.test_score import _champion, _register, _score_overrides, scoring_world  # noqa: F401 (a fixture)
 from xh.config import load_config
 
 
@@ -29,10 +29,7 @@ def test_a_graph_setting_unlike_the_versions_is_refused_and_opting_in_records_th
     from xh.registry import pipeline_of
     from xh.storage import open_output
 
-    mlflow.set_tracking_uri(mlflow_server)
-    name = f"xh-pipe-{uuid.uuid4().hex[:6]}"
-    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=5)
-    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
+    name = _champion("xh-pipe", tiny_backbone, scoring_world, mlflow_server, seed=5)
     with tempfile.TemporaryDirectory() as dst:
         record, _ = pipeline_of(name, "1", dst)
     assert record["graphs"]["edge_mode"] == "hyperlink"  # what the world's graphs were built with
