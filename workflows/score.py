@@ -45,7 +45,8 @@ from xh import schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
 from xh.partitions import partition_path, plan_merge, publish, recover, scored_inputs, write_inputs_record
-from xh.pipeline import Pipeline, apply_pipeline, prediction_row, settings_of
+from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline_record import apply_pipeline
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.registry import parse_model_uri, pipeline_of, resolve_model
 from xh.retrieval.index import corpus_snapshot
@@ -419,7 +420,7 @@ def _partition_rows(partition: str, s3) -> int:
 
 
 def version_pipeline(cfg: XHConfig, model: dict, s3) -> tuple[XHConfig, dict | None]:
-    """The config with the version's pipeline (`xh.pipeline.apply_pipeline`: its retrieval and graph settings,
+    """The config with the version's pipeline (`xh.pipeline_record.apply_pipeline`: its retrieval and graph settings,
     trained models and index; a differing setting is refused unless `score.allow_drift`) and the drift opted
     into ({} for none). A version registered without a pipeline record: the config as it is, drift None.
     The models copied into the version go to `<output>/_pipeline/NAME-vV/`, where every graph actor reads them."""
@@ -462,11 +463,15 @@ def run(cfg: XHConfig) -> dict:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     inputs = question_files(dated_input(sc.input, run_date), s3)
+    # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
+    if cfg.retrieve.path_scorer:
+        PathScorer.load(cfg.retrieve.path_scorer, s3)
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
+    given = cfg.retrieve.path_scorer
     cfg, drift = version_pipeline(cfg, model, s3)
-    if cfg.retrieve.path_scorer:
-        PathScorer.load(cfg.retrieve.path_scorer, s3)  # a broken file: one line here, not from every graph actor
+    if cfg.retrieve.path_scorer and cfg.retrieve.path_scorer != given:
+        PathScorer.load(cfg.retrieve.path_scorer, s3)  # the version's own copy
     paths = _paths(cfg, model, run_date)
     snapshot = _snapshot(cfg, paths, s3)
     digests, skipped = _new_inputs(inputs, sc, paths, model, s3)

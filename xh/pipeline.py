@@ -17,9 +17,7 @@ registered version `models:/NAME/VERSION` (through its MLflow pyfunc, on the GPU
 Questions without a `type` get one from `classifier` (`xh.model.qtype`, bridge or comparison) when
 one is given. A question without a graph is quarantined with the reason (`source` "graphs"), and so is
 a second question of the same qid in one call (`duplicate id`: it would share the first's evidence).
-A registered version records what its graph half needs (`pipeline_record`, written by
-`xh.registry.log_and_register`); `apply_pipeline` gives a scoring config those settings, refusing a
-prediction-affecting one that the config changes (`PipelineDrift`) unless drift is allowed.
+A registered version records what its graph half needs (`xh.pipeline_record`).
 Nothing here imports Ray: the batch-scoring driver (`workflows.score`) maps batches of rows
 through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
 """
@@ -29,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from xh.config import ConfigError, GraphsConfig, RetrieveConfig, XHConfig
+from xh.config import GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
@@ -49,194 +47,6 @@ def settings_of(cfg: XHConfig) -> tuple[RetrieveConfig, GraphsConfig]:
 # `graphs` and `score` sections is a resource (workers, CPUs, GPUs, batch sizes, threads), a location
 # (tables, outputs) or a training-time choice that new questions do not meet (graphs.setting,
 # require_answer, the FEVER claim splits, statistics): scoring takes those from its own config.
-
-PIPELINE_FORMAT = "xh-pipeline/1"
-PIPELINE_FILE = "pipeline.json"
-RETRIEVE_KNOBS = (
-    "ir_candidates",
-    "ir_keep",
-    "el_per_surface",
-    "el_max_ngram",
-    "el_min_commonness",
-    "expansion_keep",
-    "expansion_max_neighbours",
-    "el_rerank_candidates",
-    "expansion_rerank_pool",
-    "path_top",
-    "path_neighbours",
-    "path_expansion",
-)
-GRAPH_KNOBS = (
-    "task",
-    "ir_keep",
-    "el_per_surface",
-    "expansion_keep",
-    "edge_mode",
-    "comparison_full",
-    "seed",
-    "sentence_rerank_pool",
-)
-# trained models of the graph half, as (section, key): the path scorer (a few KB of JSON) is copied into the
-# version; the re-rankers and the question-type classifier (a backbone each) are referenced by URI and digest
-COPIED = {("retrieve", "path_scorer")}
-MODELS = (
-    ("retrieve", "path_scorer"),
-    ("retrieve", "reranker"),
-    ("retrieve", "path_reranker"),
-    ("graphs", "sentence_reranker"),
-    ("score", "question_classifier"),
-)
-
-
-class PipelineDrift(ConfigError):
-    """A prediction-affecting setting of the scoring config differs from the version's (one line)."""
-
-
-def folder_digest(uri: str, s3: S3Settings | None = None) -> str:
-    """A folder's content: the SHA-256 of its files' relative names and content digests (S3: ETags)."""
-    import hashlib
-
-    from xh.staging import content_digest
-    from xh.storage import list_files
-
-    files = list_files(uri, s3)
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f[len(uri.rstrip('/')) :]}\t{content_digest(f, s3)}\n".encode())
-    return "sha256:" + digest.hexdigest()
-
-
-def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
-    """The index the graph half retrieves from, as {uri, snapshot}: a BM25 index's snapshot id is the digest
-    of its manifest (analyzer, corpus statistics, shards: the same for a moved copy); FEVER retrieves from
-    the docs table, whose snapshot is its content digest. None when there is none yet."""
-    import hashlib
-    from pathlib import Path
-
-    from xh.retrieval.index import read_manifest
-    from xh.storage import is_s3, join
-
-    if cfg.graphs.task == "fever":
-        docs = join(cfg.retrieve.tables or join(cfg.storage.root, "tables"), "docs")
-        try:
-            return {"uri": docs, "snapshot": folder_digest(docs, s3)}
-        except FileNotFoundError:
-            return None
-    uri = cfg.retrieve.index or join(cfg.storage.root, "index", "bm25")
-    uri = uri if is_s3(uri) else str(Path(uri).resolve())  # a reference that holds from any working folder
-    try:
-        manifest = read_manifest(uri, s3)
-    except FileNotFoundError:
-        return None
-    manifest.pop("docs", None)  # where the docs table was: not what the index holds
-    return {
-        "uri": uri,
-        "snapshot": "sha256:" + hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest(),
-    }
-
-
-def pipeline_record(cfg: XHConfig, graph_summary: dict, s3: S3Settings | None = None) -> tuple[dict, dict]:
-    """(the record, {name: folder to copy}) of the pipeline a model trained with `cfg` on graphs whose
-    `_summary.json` is `graph_summary` answers with: its knobs (the graphs' own where the summary has
-    them), its trained models and the index reference."""
-    built = graph_summary.get("settings", {}) | {
-        k: graph_summary[k] for k in ("task", "setting", "edge_mode") if k in graph_summary
-    }
-    graphs = {k: built.get(k, getattr(cfg.graphs, k)) for k in GRAPH_KNOBS}
-    trained = cfg.model_copy(update={"graphs": cfg.graphs.model_copy(update=graphs)})
-    record = {
-        "format": PIPELINE_FORMAT,
-        "retrieve": {k: getattr(cfg.retrieve, k) for k in RETRIEVE_KNOBS},
-        "graphs": graphs,
-        "models": {},
-        # distractor-setting graphs came from the questions' own paragraphs: no index built them
-        "index": None if built.get("setting") == "distractor" else index_reference(trained, s3),
-    }
-    copies = {}
-    for section, key in MODELS:
-        uri = getattr(getattr(cfg, section), key)
-        if not uri:
-            record["models"][f"{section}.{key}"] = None
-            continue
-        entry = {"uri": uri, "digest": folder_digest(uri, s3)}
-        if (section, key) in COPIED:
-            entry["copy"] = f"{section}.{key}"
-            copies[entry["copy"]] = uri
-        record["models"][f"{section}.{key}"] = entry
-    return record, copies
-
-
-def _explicit(section, key: str) -> bool:
-    return key in section.model_fields_set
-
-
-def apply_pipeline(
-    cfg: XHConfig, record: dict, copies: str, s3: S3Settings | None = None, allow_drift: bool = False
-) -> tuple[XHConfig, dict]:
-    """The scoring config with the version's pipeline: its knobs and models, and its index unless the config
-    names a copy with the same snapshot id. `copies`: where the version's copied models are (a folder every
-    worker reads). A setting the config sets explicitly to another value is refused (`PipelineDrift`, naming
-    it) unless `allow_drift`; then the config's value is used and returned in the drift
-    {setting: {"version": ..., "used": ...}}."""
-    from xh.storage import join
-
-    drift: dict[str, dict] = {}
-
-    def decide(name: str, section, key: str, theirs, ours, differs: bool, what: str = ""):
-        if not _explicit(section, key) or not differs:
-            return theirs
-        if not allow_drift:
-            raise PipelineDrift(
-                f"{name}={ours!r} differs from the model version's {theirs!r}{what}: the version is scored with the "
-                "pipeline it was trained with (leave the setting out, or set score.allow_drift=true)"
-            )
-        drift[name] = {"version": theirs, "used": ours}
-        return ours
-
-    updates: dict[str, dict] = {"retrieve": {}, "graphs": {}, "score": {}}
-    for section, knobs in (("retrieve", RETRIEVE_KNOBS), ("graphs", GRAPH_KNOBS)):
-        part = getattr(cfg, section)
-        for key in knobs:
-            theirs, ours = record[section][key], getattr(part, key)
-            updates[section][key] = decide(f"{section}.{key}", part, key, theirs, ours, theirs != ours)
-    for section, key in MODELS:
-        part, entry = getattr(cfg, section), record["models"].get(f"{section}.{key}")
-        ours = getattr(part, key)
-        if entry is None:
-            if section == "score":  # new questions need a type: training had the gold ones (docs/scoring.md)
-                continue
-            updates[section][key] = decide(f"{section}.{key}", part, key, None, ours, ours is not None)
-            continue
-        theirs = join(copies, entry["copy"]) if "copy" in entry else entry["uri"]
-        # the same model elsewhere (a copy of the same files) is no drift; an explicit None is
-        differs = _explicit(part, key) if ours is None else folder_digest(ours, s3) != entry["digest"]
-        updates[section][key] = decide(f"{section}.{key}", part, key, theirs, ours, differs)
-    index = record.get("index")
-    if index is not None and cfg.graphs.task != "fever":
-        ours = cfg.retrieve.index
-        if ours is None or ours == index["uri"]:
-            updates["retrieve"]["index"] = index["uri"]
-        else:
-            found = index_reference(cfg, s3)
-            snapshot = found and found["snapshot"]
-            # a moved copy of the same snapshot is where the index lives now
-            updates["retrieve"]["index"] = (
-                ours
-                if snapshot == index["snapshot"]
-                else decide(
-                    "retrieve.index",
-                    cfg.retrieve,
-                    "index",
-                    index["uri"],
-                    ours,
-                    snapshot != index["snapshot"],
-                    f" (snapshot {snapshot or 'none'}, not {index['snapshot']})",
-                )
-            )
-    cfg = cfg.model_copy(
-        update={name: getattr(cfg, name).model_copy(update=values) for name, values in updates.items() if values}
-    )
-    return cfg, drift
 
 
 class Pipeline:

@@ -205,13 +205,13 @@ PIPELINE_DIR = "pipeline"  # inside the version's data folder: what `pipeline_of
 
 
 def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs_uri: str) -> str:
-    """`staging`/model: a copy of `model_dir` with `pipeline/pipeline.json` (`xh.pipeline.pipeline_record`)
+    """`staging`/model: a copy of `model_dir` with `pipeline/pipeline.json` (`xh.pipeline_record.pipeline_record`)
     and a copy of each small trained model it names (the path scorer). Inside the data folder, because that
     folder is all that MLflow's loader module (`xh.pyfunc_entry`) is given."""
     import shutil
 
     from xh.graph.store import read_summary
-    from xh.pipeline import PIPELINE_FILE, pipeline_record
+    from xh.pipeline_record import PIPELINE_FILE, pipeline_record
     from xh.storage import list_files, open_input
 
     folder = Path(staging) / "model"
@@ -234,7 +234,7 @@ def pipeline_of(name: str, version: str, dst: str) -> tuple[dict, str] | None:
     `dst` without the weights; None for a version registered without one."""
     from mlflow.store.artifact.models_artifact_repo import ModelsArtifactRepository
 
-    from xh.pipeline import PIPELINE_FILE
+    from xh.pipeline_record import PIPELINE_FILE
 
     repo = ModelsArtifactRepository(f"models:/{name}/{version}")
     meta = yaml.safe_load(Path(repo.download_artifacts("MLmodel", dst)).read_text()) or {}

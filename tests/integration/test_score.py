@@ -516,14 +516,6 @@ def _partition_table(output: str, name: str, s3_endpoint, run_date: str = "2026-
     return pads.dataset(partition[len("s3://") :], filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table()
 
 
-def _champion(scoring_world, tiny_backbone, mlflow_server, prefix: str) -> str:
-    mlflow.set_tracking_uri(mlflow_server)
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=3)
-    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "1")
-    return name
-
-
 def test_an_id_in_two_input_files_is_scored_once_from_the_later_file_with_its_own_evidence(
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
@@ -536,7 +528,7 @@ def test_an_id_in_two_input_files_is_scored_once_from_the_later_file_with_its_ow
     from xh.pipeline import settings_of
     from xh.retrieval.candidates import Retriever
 
-    name = _champion(scoring_world, tiny_backbone, mlflow_server, "xh-dup")
+    name = _champion("xh-dup", tiny_backbone, scoring_world, mlflow_server, seed=3)
     questions = scoring_world["questions"]
     earlier = {f"id-{i}": questions[i]["question"] for i in range(6)}
     later = {f"id-{i}": questions[20 + i]["question"] for i in range(4)} | {"id-late": questions[30]["question"]}
@@ -582,7 +574,7 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 ):
     from workflows import score
 
-    name = _champion(scoring_world, tiny_backbone, mlflow_server, "xh-keep")
+    name = _champion("xh-keep", tiny_backbone, scoring_world, mlflow_server, seed=3)
     questions = scoring_world["questions"]
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
 

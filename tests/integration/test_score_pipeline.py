@@ -25,7 +25,7 @@ def test_a_graph_setting_unlike_the_versions_is_refused_and_opting_in_records_th
     s3_endpoint,
 ):
     from workflows import score
-    from xh.pipeline import PipelineDrift
+    from xh.pipeline_record import PipelineDrift
     from xh.registry import pipeline_of
     from xh.storage import open_output
 

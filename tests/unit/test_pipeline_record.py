@@ -1,4 +1,4 @@
-"""A model version's pipeline record (`xh.pipeline.pipeline_record`) applied to a scoring config
+"""A model version's pipeline record (`xh.pipeline_record.pipeline_record`) applied to a scoring config
 (`apply_pipeline`): the version's prediction-affecting settings win over the config's defaults, a
 setting the config changes is refused in one line naming it unless drift is allowed (then it is
 returned), resources are the config's, and a moved index or model with the same content is accepted."""
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from xh.config import ConfigError, load_config
-from xh.pipeline import PipelineDrift, apply_pipeline, pipeline_record
+from xh.pipeline_record import PipelineDrift, apply_pipeline, pipeline_record
 
 
 def _index(folder, num_docs: int = 800) -> str:
