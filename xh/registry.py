@@ -212,7 +212,7 @@ def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs_uri: str) 
 
     from xh.graph.store import read_summary
     from xh.pipeline_record import PIPELINE_FILE, pipeline_record
-    from xh.storage import list_files, open_input
+    from xh.storage import is_s3, list_files, open_input
 
     folder = Path(staging) / "model"
     shutil.copytree(model_dir, folder)
@@ -220,8 +220,10 @@ def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs_uri: str) 
     target = folder / PIPELINE_DIR
     target.mkdir()
     for name, uri in copies.items():
+        # list_files names local files by absolute path, whatever way `uri` named the folder
+        base = uri.rstrip("/") if is_s3(uri) else str(Path(uri.removeprefix("file://")).resolve())
         for f in list_files(uri):
-            local = target / name / f[len(uri.rstrip("/")) :].lstrip("/")
+            local = target / name / f[len(base) :].lstrip("/")
             local.parent.mkdir(parents=True, exist_ok=True)
             with open_input(f) as stream:
                 local.write_bytes(stream.read())
