@@ -52,7 +52,7 @@ def recorded_split(run_id: str) -> dict | None:
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     try:
         return mlflow.artifacts.load_dict(f"runs:/{run_id}/{SPLIT_ARTIFACT}")
-    except Exception:  # no such artifact (or run): nothing recorded
+    except (mlflow.exceptions.MlflowException, OSError):  # no such artifact (or run): nothing recorded
         return None
     finally:
         if bar is None:
