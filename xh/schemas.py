@@ -133,7 +133,7 @@ GRAPHS = pa.schema(
         pa.field("nodes", pa.list_(GRAPH_NODE), nullable=False),
         pa.field("edges", pa.list_(GRAPH_EDGE), nullable=False),
         pa.field("edge_mode", pa.string(), nullable=False),  # hyperlink / bidirectional / full / sequence / typed
-        # edge mode typed: each edge's type (xh.model.gesa.EDGE_TYPES), parallel to `edges`; null otherwise
+        # edge mode typed: each edge's type (xh.graph.typed.EDGE_TYPES), parallel to `edges`; null otherwise
         # (last and nullable: tables written before it read as null)
         pa.field("edge_types", pa.list_(pa.string())),
         # FEVER: the claim's gold evidence groups as in CLAIMS (page ids), for the official FEVER score

@@ -1,4 +1,5 @@
-"""GESA-style typed hop attention (xh.model.gesa): typed scores, the reduction to XH, edge types, relation labels."""
+"""GESA-style typed hop attention (xh.model.gesa) and typed edges (xh.graph.typed): typed scores, the reduction
+to XH, edge types, relation labels."""
 
 from __future__ import annotations
 
@@ -9,19 +10,17 @@ import torch
 from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
+from xh.graph.typed import EDGE_TYPES, edge_type_ids, typed_edges
 from xh.model.gesa import (
-    EDGE_TYPES,
     TOKEN_RELATIONS,
     GESAHopStep,
     HubRelations,
     TypedHopAttention,
     TypedHopGraph,
-    edge_type_ids,
     hub_label_matrix,
     hub_relation_labels,
     relation_attention,
     self_attention_projections,
-    typed_edges,
     use_hub_relations,
 )
 from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers

@@ -1,4 +1,5 @@
-"""The layout holds: the library never imports its drivers, and no module imports itself back.
+"""The layout holds: the library never imports its drivers, no module imports itself back, and the
+lower layers never import the ones above them (`LAYERS`).
 
 Every import counts, module-level or inside a function: a cycle hidden in a function is still a cycle
 a reader has to untangle. An edge goes to the module an import names (`from xh.wiki import titles`
@@ -12,6 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("xh", "workflows")
+# A package and the packages above it, which it must never import: evidence graphs are the model's
+# input, so the graph code knows nothing of the model, training or inference that read them.
+LAYERS = {"xh.graph": ("xh.model", "xh.train", "xh.inference")}
 
 
 def _modules() -> dict[str, Path]:
@@ -93,6 +97,26 @@ def test_the_library_never_imports_the_drivers():
     assert not {m: t for m, t in backwards.items() if t}
 
 
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Per module of a lower layer, the modules of the layers above it that it imports."""
+
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    found = {}
+    for lower, uppers in LAYERS.items():
+        for module, targets in graph.items():
+            if within(module, lower):
+                upward = sorted(t for t in targets if any(within(t, upper) for upper in uppers))
+                if upward:
+                    found[module] = upward
+    return found
+
+
+def test_no_upward_import_from_the_graphs_into_the_model():
+    assert upward_imports(import_graph()) == {}
+
+
 def test_no_module_imports_itself_back():
     assert cycles(import_graph()) == []
 
@@ -101,3 +125,5 @@ def test_the_cycle_finder_finds_a_cycle_and_a_backwards_arrow():
     graph = {"xh.a": {"xh.b"}, "xh.b": {"xh.c"}, "xh.c": {"xh.a"}, "xh.d": {"xh.a"}}
     assert cycles(graph) == [["xh.a", "xh.b", "xh.c"]]
     assert "workflows.common" in import_graph()["workflows.demo"]
+    upward = {"xh.graph.hotpot": {"xh.model.gesa", "xh.schemas"}, "xh.model.gesa": {"xh.graph.typed"}}
+    assert upward_imports(upward) == {"xh.graph.hotpot": ["xh.model.gesa"]}

@@ -13,11 +13,12 @@ from xh import schemas
 from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.graph.encode import encode_graph
 from xh.graph.hotpot import distractor_graphs, distractor_items
+from xh.graph.typed import EDGE_TYPES
 from xh.inference import load_model, predict_graphs
 from xh.model import XHModel, collate
 from xh.model.decode import decode
 from xh.model.dochopper import CorpusCache, DocHopper
-from xh.model.gesa import EDGE_TYPES, GESAHopStep
+from xh.model.gesa import GESAHopStep
 from xh.model.variants import architecture_of, load_saved, new_model, training_batch
 from xh.registry import model_flavour
 

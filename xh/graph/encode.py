@@ -178,10 +178,10 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
 
 
 def _edge_type_ids(row: dict) -> np.ndarray | None:
-    """The row's `edge_types` (edge mode typed) as indices into `xh.model.gesa.EDGE_TYPES`; None without them."""
+    """The row's `edge_types` (edge mode typed) as indices into `xh.graph.typed.EDGE_TYPES`; None without them."""
     if row.get("edge_types") is None:
         return None
-    from xh.model.gesa import EDGE_TYPES
+    from xh.graph.typed import EDGE_TYPES
 
     unknown = set(row["edge_types"]) - set(EDGE_TYPES)
     if unknown or len(row["edge_types"]) != len(row["edges"]):

@@ -47,7 +47,7 @@ class EncodedGraph:
     question_type: int = -1  # index into QUESTION_TYPES
     claim_label: int = -1  # index into CLAIM_LABELS
     sentence_labels: list[np.ndarray] = field(default_factory=list)  # per node int64 [num_sentences[i]]; 1 = supporting
-    # Edge mode typed: each edge's type, an index into xh.model.gesa.EDGE_TYPES; None for other edge modes.
+    # Edge mode typed: each edge's type, an index into xh.graph.typed.EDGE_TYPES; None for other edge modes.
     edge_types: np.ndarray | None = None  # int64 [E]
 
     @property

@@ -28,7 +28,7 @@ holds the answer. Edge modes (the paper's Table 4), `graphs.edge_mode`:
     bidirectional   each hyperlink in both directions
     full            every ordered pair of distinct nodes
     sequence        the nodes in a random order (seeded by `seed` and the qid), chained both ways
-    typed           GESA's typed edges (`xh.model.gesa.typed_edges`): hyperlink, reverse_hyperlink,
+    typed           GESA's typed edges (`xh.graph.typed.typed_edges`): hyperlink, reverse_hyperlink,
                     co_retrieved, comparison and self, each edge's type in the row's `edge_types`
 
 Comparison graphs are fully connected whatever the mode while `comparison_full` holds (the paper's
@@ -129,8 +129,8 @@ def make_edges(
 
 
 def typed_graph_edges(links: Iterable[NodeLink], sources: list[str], question_type: str) -> tuple[list, list]:
-    """Edge mode `typed`: (edges `{src, dst}`, their types) from the hyperlinks, `xh.model.gesa.typed_edges`."""
-    from xh.model.gesa import typed_edges
+    """Edge mode `typed`: (edges `{src, dst}`, their types) from the hyperlinks, `xh.graph.typed.typed_edges`."""
+    from xh.graph.typed import typed_edges
 
     typed = typed_edges(((link.src, link.dst) for link in links), sources, question_type)
     return [{"src": e["src"], "dst": e["dst"]} for e in typed], [e["type"] for e in typed]

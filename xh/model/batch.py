@@ -50,7 +50,7 @@ class GraphBatch:
     answer_type: torch.Tensor  # int64 [G]
     question_type: torch.Tensor  # int64 [G]
     claim_label: torch.Tensor  # int64 [G]
-    # Edge mode typed: each edge's type (xh.model.gesa.EDGE_TYPES), -1 for edges of graphs without types.
+    # Edge mode typed: each edge's type (xh.graph.typed.EDGE_TYPES), -1 for edges of graphs without types.
     edge_types: torch.Tensor  # int64 [E]
 
     @property

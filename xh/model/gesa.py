@@ -14,18 +14,10 @@ XH's hop attention (XH Eq. 7) with typed edges; the hub is then fused as in XH E
     ĥ_τ     = Σ_{e into τ} softmax_e(score_e) v_src        softmax over each destination's in-edges
     hub_τ  ← Linear([h_τ ; ĥ_τ])                           XH Eq. 8; all other tokens unchanged (Eq. 9)
 
-Edge types (`EDGE_TYPES`), the evidence-graph analogues of GESA's SENT-BASED / MATCH / PLC edges:
+Edge types (`EDGE_TYPES`: hyperlink, reverse_hyperlink, co_retrieved, comparison, self) are the graph's
+(`xh.graph.typed`): graph building writes them beside the edges; here each type gets a learned vector.
 
-    hyperlink          A -> B for a hyperlink from A to B (A's text mentions B: GESA's MATCH edge)
-    reverse_hyperlink  B -> A for that hyperlink, when B does not link to A as well
-    co_retrieved       between two nodes the question itself retrieved (sources ir / el, or the distractor
-                       setting's context): both came from the question, like GESA's PLC edges
-    comparison         every ordered pair of a comparison question's nodes
-    self               every node to itself: the softmax may keep what the hub has
-
-    typed = typed_edges(row["edges"], [n["source"] for n in row["nodes"]], row["question_type"])
-    edge_type = edge_type_ids(typed)                                      # int64 [E]
-    graph = TypedHopGraph.build(edges, edge_type, num_nodes=N)            # edges [2, E] (src, dst)
+    graph = TypedHopGraph.build(edges, edge_type, num_nodes=N)            # edge_type: xh.graph.typed.edge_type_ids            # edges [2, E] (src, dst)
     step = GESAHopStep(hidden_size=384, heads=12)
     step.copy_pretrained(**self_attention_projections(layer))             # W^Q_e2e (and W^K, W^V) from BERT
     hidden = step(hidden, graph)                                          # [N, L, H] -> [N, L, H]
@@ -44,60 +36,19 @@ attention with `q_i · (k_j + r_label(ij))`; `hub_relation_labels` derives the l
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import nn
 
+from xh.graph.typed import EDGE_TYPES
 from xh.model.hop import HopGraph, fusion_layer
 from xh.model.scatter import segment_softmax, segment_sum
 
-EDGE_TYPES = ("hyperlink", "reverse_hyperlink", "co_retrieved", "comparison", "self")
-# Node sources of documents the question itself proposed (BM25, entity links; distractor: its context).
-QUESTION_SOURCES = frozenset({"ir", "el", "context"})
 # Relation of a hub to a token of its own node (label 0 adds nothing to the score).
 TOKEN_RELATIONS = ("none", "question", "anchor", "paragraph")
-
-
-# --- edge types from a graph row ------------------------------------------------------------------
-
-
-def typed_edges(edges: Iterable, sources: list[str], question_type: str) -> list[dict]:
-    """The typed edges `{src, dst, type}` of one graph row, sorted, one type per ordered pair.
-
-    `edges`: the row's hyperlink edges (`{src, dst}` dicts or (src, dst) pairs, edge mode `hyperlink`);
-    `sources`: each node's source (ir / el / exp / context); `question_type`: bridge or comparison.
-    A comparison question's pairs are all `comparison` (its row's edges are fully connected by the
-    paper's rule and say nothing about hyperlinks). Each pair gets the first type that applies in
-    the order hyperlink, reverse_hyperlink, co_retrieved; every node gets a `self` loop.
-    """
-    n = len(sources)
-    pairs = [(e["src"], e["dst"]) if isinstance(e, dict) else tuple(e) for e in edges]
-    if any(not (0 <= s < n and 0 <= d < n) for s, d in pairs):
-        raise ValueError(f"an edge points outside the graph's {n} nodes")
-    types: dict[tuple[int, int], str] = {}
-    if question_type == "comparison":
-        types.update(dict.fromkeys(itertools.permutations(range(n), 2), "comparison"))
-    else:
-        links = {(int(s), int(d)) for s, d in pairs if s != d}
-        types.update(dict.fromkeys(links, "hyperlink"))
-        for s, d in sorted(links):
-            types.setdefault((d, s), "reverse_hyperlink")
-        asked = [i for i, source in enumerate(sources) if source in QUESTION_SOURCES]
-        for pair in itertools.permutations(asked, 2):
-            types.setdefault(pair, "co_retrieved")
-    types.update({(i, i): "self" for i in range(n)})
-    return [{"src": s, "dst": d, "type": t} for (s, d), t in sorted(types.items())]
-
-
-def edge_type_ids(typed: Iterable[dict]) -> np.ndarray:
-    """int64 [E]: the index in EDGE_TYPES of each typed edge's type."""
-    return np.array([EDGE_TYPES.index(e["type"]) for e in typed], np.int64)
 
 
 # --- typed hop attention --------------------------------------------------------------------------
