@@ -11,6 +11,7 @@ from transformers import BertConfig, BertModel
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from xh.graph.typed import EDGE_TYPES, edge_type_ids, typed_edges
+from xh.model.encoder import embed, run_layer
 from xh.model.gesa import (
     TOKEN_RELATIONS,
     GESAHopStep,
@@ -23,7 +24,7 @@ from xh.model.gesa import (
     self_attention_projections,
     use_hub_relations,
 )
-from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers
+from xh.model.hop import HopGraph, HopStep, find_encoder_layers
 
 T = {name: i for i, name in enumerate(EDGE_TYPES)}
 
@@ -130,16 +131,17 @@ def test_the_hub_to_hub_projections_start_as_copies_of_a_pretrained_layer():
         GESAHopStep(16, 2).copy_pretrained(query=projections["query"])
 
 
-def test_typed_steps_run_as_hooks_in_a_backbone_and_the_type_vectors_get_gradients():
+def test_typed_steps_run_between_a_backbones_layers_and_the_type_vectors_get_gradients():
     config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=50)
     torch.manual_seed(0)
     backbone = BertModel(config, add_pooling_layer=False)
     steps = torch.nn.ModuleList(GESAHopStep(32, 2) for _ in range(2))
     # node 1 weighs two in-edges (a single in-edge gets weight 1 whatever its score: no gradient)
     graph = typed_graph([(0, 1, "hyperlink"), (2, 1, "co_retrieved"), (1, 0, "reverse_hyperlink")], 3)
-    attach_hop_steps(find_encoder_layers(backbone), steps, lambda: graph)
-    out = backbone(input_ids=torch.randint(1, 50, (3, 6))).last_hidden_state
-    out[:, 0].sum().backward()
+    x, mask = embed(backbone, torch.randint(1, 50, (3, 6)))
+    for layer, step in zip(find_encoder_layers(backbone), steps):
+        x = step(run_layer(layer, x, mask), graph)
+    x[:, 0].sum().backward()
     assert len(graph.attention) == 2
     for step in steps:
         grad = step.attention.relation.grad
@@ -267,13 +269,13 @@ def test_hub_relations_in_a_backbone_change_nothing_at_zero_and_only_what_the_la
     relations = HubRelations(num_layers=1, heads=2, head_size=16)
     layers = find_encoder_layers(backbone)
     use_hub_relations(backbone, relations, [layers[1]])
-    relations.labels = hub_label_matrix(hub_relation_labels(input_ids, token_types, attention_mask, sep_token_id=2))
-    at_zero = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    labels = hub_label_matrix(hub_relation_labels(input_ids, token_types, attention_mask, sep_token_id=2))
+    at_zero = backbone(input_ids=input_ids, attention_mask=attention_mask, hub_relation_labels=labels).last_hidden_state
     torch.testing.assert_close(at_zero, plain)  # padding still masked: the mask function is registered too
 
     with torch.no_grad():
         relations.vectors[0, TOKEN_RELATIONS.index("paragraph")] = 3.0
-    moved = backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    moved = backbone(input_ids=input_ids, attention_mask=attention_mask, hub_relation_labels=labels).last_hidden_state
     assert not torch.allclose(moved[:, 0], plain[:, 0])  # the hub attends to its paragraph differently
-    relations.labels = None  # between batches: the plain backbone again
+    # a call without labels: the plain backbone
     torch.testing.assert_close(backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state, plain)

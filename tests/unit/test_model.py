@@ -276,6 +276,33 @@ def test_k0_reproduces_the_backbone_hidden_states_exactly(backbone, tokenizer):
     assert torch.equal(alone, expected)
 
 
+def test_hop_steps_that_keep_the_hub_reproduce_the_backbone(backbone, tokenizer):
+    """Fusion [I, 0]: each hop step hands the hub back unchanged, so K=3 hop layers give the K=0 model."""
+    batch = collate(hotpot_graphs(tokenizer))
+    model = make_model(backbone, hop_layers=3).eval()
+    with torch.no_grad():
+        for step in model.hop_steps:
+            hidden = step.fusion.out_features
+            step.fusion.weight.zero_()
+            step.fusion.weight[:, :hidden] = torch.eye(hidden)
+            step.fusion.bias.zero_()
+        torch.testing.assert_close(model.encode(batch), make_model(backbone, hop_layers=0).eval().encode(batch))
+
+
+def test_a_hop_step_runs_right_after_its_encoder_layer(backbone, tokenizer):
+    """K=1: the last layer's input is the plain backbone's, and the hop step reads the last layer's output."""
+    batch = collate(hotpot_graphs(tokenizer))
+    model = make_model(backbone, hop_layers=1).eval()
+    inputs = dict(input_ids=batch.input_ids, attention_mask=batch.attention_mask, token_type_ids=batch.token_type_ids)
+    with torch.no_grad():
+        states = model.backbone(**inputs, output_hidden_states=True).hidden_states
+        expected = model.backbone(**inputs).last_hidden_state  # the plain last layer's output ...
+        graph = HopGraph.build(batch.edges, batch.num_nodes, "self_loop", batch.graph_offsets)
+        expected = model.hop_steps[0](expected, graph)  # ... then the hop step
+        torch.testing.assert_close(model.encode(batch), expected)
+        assert not torch.allclose(states[-1][:, 0], expected[:, 0])
+
+
 def test_perturbing_one_graph_never_changes_another(backbone, tokenizer):
     model = make_model(backbone, hop_layers=3).eval()
     graphs = hotpot_graphs(tokenizer)

@@ -45,6 +45,7 @@ from torch import nn
 
 from xh.graph.typed import EDGE_TYPES
 from xh.model.hop import HopGraph, fusion_layer
+from xh.model.packing import PackedBatch
 from xh.model.scatter import segment_softmax, segment_sum
 
 # Relation of a hub to a token of its own node (label 0 adds nothing to the score).
@@ -183,19 +184,30 @@ def gesa_hop_steps(cfg, backbone: nn.Module, layers: nn.ModuleList) -> tuple[nn.
     return steps, relations
 
 
-def typed_hop_graph(batch, isolated_nodes: str, relations: HubRelations | None = None, tokenizer=None) -> TypedHopGraph:
-    """The TypedHopGraph of a GraphBatch (graphs of edge mode `typed`); sets `relations.labels` for this batch."""
-    if (batch.edge_types < 0).any():
-        raise ValueError("model.hop_variant=gesa needs typed edges: build the graphs with graphs.edge_mode=typed")
-    graph = TypedHopGraph.build(batch.edges, batch.edge_types, batch.num_nodes, isolated_nodes, batch.graph_offsets)
-    if relations is not None:
+class TypedHops:
+    """The hop-variant interface of `XHModel` for `hop_variant: gesa` (`xh.model.hop.PlainHops` is XH's):
+    GESAHopSteps, and per batch the typed graph and, with `model.hub_relations`, the hub-token labels
+    that the hop layers' attention reads (`hub_relation_labels`, passed down with the layer call)."""
+
+    def build(self, cfg, backbone: nn.Module, layers: nn.ModuleList) -> tuple[nn.ModuleList, HubRelations | None]:
+        return gesa_hop_steps(cfg, backbone, layers)
+
+    def inputs(self, batch, cfg, relations: HubRelations | None = None, tokenizer=None) -> tuple[TypedHopGraph, dict]:
+        if isinstance(batch, PackedBatch):
+            raise ValueError("model.hop_variant=gesa reads hubs at row starts: use train.batching=graphs")
+        if (batch.edge_types < 0).any():
+            raise ValueError("model.hop_variant=gesa needs typed edges: build the graphs with graphs.edge_mode=typed")
+        graph = TypedHopGraph.build(
+            batch.edges, batch.edge_types, batch.num_nodes, cfg.isolated_nodes, batch.graph_offsets
+        )
+        if relations is None:
+            return graph, {}
         if tokenizer is None:
             raise ValueError("model.hub_relations needs the model's tokenizer (its separator token)")
         labels = hub_relation_labels(
             batch.input_ids, batch.token_type_ids, batch.attention_mask, tokenizer.sep_token_id
         )
-        relations.labels = hub_label_matrix(labels)
-    return graph
+        return graph, {"hub_relation_labels": hub_label_matrix(labels)}
 
 
 def self_attention_projections(layer: nn.Module) -> dict[str, nn.Linear]:
@@ -286,21 +298,20 @@ HUB_RELATION_ATTENTION = "xh_hub_relations"
 
 
 class HubRelations(nn.Module):
-    """Relation vectors of the hub-token labels for some attention layers of a backbone, and the labels
-    of the batch being encoded. The backbone runs `hub_relation_attention_forward` (see
-    `use_hub_relations`); layers it was not attached to, or any layer while `labels` is None, compute
-    plain eager attention.
+    """Relation vectors of the hub-token labels for some attention layers of a backbone. The backbone runs
+    `hub_relation_attention_forward` (see `use_hub_relations`); the labels of a batch come with the call,
+    as the keyword `hub_relation_labels` that transformers hands down to each layer's attention function.
+    Layers it was not attached to, or a call without labels, compute plain eager attention.
 
         relations = HubRelations(num_layers=3, heads=12, head_size=32)
         use_hub_relations(backbone, relations, layers[-3:])
-        relations.labels = hub_label_matrix(hub_relation_labels(ids, token_types, mask, sep_id))
-        out = backbone(...)                  # then relations.labels = None
+        labels = hub_label_matrix(hub_relation_labels(ids, token_types, mask, sep_id))
+        out = backbone(input_ids=ids, attention_mask=mask, hub_relation_labels=labels)
     """
 
     def __init__(self, num_layers: int, heads: int, head_size: int, num_relations: int = len(TOKEN_RELATIONS)):
         super().__init__()
         self.vectors = nn.Parameter(torch.zeros(num_layers, num_relations, heads, head_size))  # zero: plain at start
-        self.labels: torch.Tensor | None = None  # int [N, L, L] while a batch is encoded
 
     def attach(self, attention_modules: list[nn.Module]) -> None:
         if len(attention_modules) != self.vectors.shape[0]:
@@ -312,16 +323,19 @@ class HubRelations(nn.Module):
             module.__dict__["hub_relations"] = (self, i)
 
 
-def hub_relation_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """A transformers attention function (`AttentionInterface`): `relation_attention` with the labels and
-    this layer's vectors from its `HubRelations`; with none, the same computation without relations."""
+def hub_relation_attention_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, hub_relation_labels=None, **kwargs
+):
+    """A transformers attention function (`AttentionInterface`): `relation_attention` with the call's
+    `hub_relation_labels` [N, L, L] and this layer's vectors from its `HubRelations`; without either, the
+    same computation without relations."""
     relations, layer = module.__dict__.get("hub_relations", (None, 0))
     n, heads, length, size = query.shape
-    if relations is None or relations.labels is None:
+    if relations is None or hub_relation_labels is None:
         labels = torch.zeros(n, length, length, dtype=torch.long, device=query.device)
         vectors = query.new_zeros(1, heads, size)
     else:
-        labels, vectors = relations.labels, relations.vectors[layer]
+        labels, vectors = hub_relation_labels, relations.vectors[layer]
     return relation_attention(query, key, value, labels, vectors, attention_mask, scaling, dropout, module.training)
 
 

@@ -10,7 +10,7 @@ fusion of what it had and what it gathered. All other tokens keep the layer's ou
     hidden = step(hidden, graph)                                              # [N, L, H] -> [N, L, H]
 
     layers = find_encoder_layers(backbone)          # the nn.ModuleList of any BERT-family encoder
-    handles = attach_hop_steps(layers, steps, get_graph)   # forward hooks on the last len(steps) layers
+    # XHModel runs steps[i] after each of the last len(steps) layers (xh.model.xh)
 
 Two attention variants:
 - `paper` (default), Eq. 7: multi-head scaled dot-product, own query/key/value projections, softmax over
@@ -49,9 +49,7 @@ that hold several nodes (`xh.model.packing`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Literal
 
 import torch
@@ -258,26 +256,33 @@ def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:
     )
 
 
-def _hop_hook(step: HopStep, get_graph: Callable[[], HopGraph | None], module, args, output):
-    graph = get_graph()
-    if graph is None:  # the backbone called on its own: plain layers
-        return None
-    if isinstance(output, tuple):  # older layer classes return (hidden_states, attentions...)
-        return (step(output[0], graph), *output[1:])
-    return step(output, graph)
+class PlainHops:
+    """XH's hop steps (`hop_variant` paper or gat) on the batch's edges: the hop-variant interface that
+    `XHModel` calls (`xh.model.gesa.TypedHops` is the other one).
 
-
-def attach_hop_steps(
-    layers: nn.ModuleList, steps: nn.ModuleList, get_graph: Callable[[], HopGraph | None]
-) -> list[torch.utils.hooks.RemovableHandle]:
-    """Run steps[i] after each of the last len(steps) layers, on the graph `get_graph()` returns.
-
-    While `get_graph()` returns None the layers behave as the plain backbone.
-    `get_graph` should be a bound method (or a partial of one) so that deepcopy and pickle follow the model.
+        steps, relations = hops.build(cfg, backbone, layers)      # one HopStep per hop layer; no extra module
+        graph, layer_kwargs = hops.inputs(batch, cfg, relations, tokenizer)   # per batch
     """
-    if len(steps) > len(layers):
-        raise ValueError(f"hop_layers={len(steps)} but the encoder has only {len(layers)} layers")
-    first = len(layers) - len(steps)
-    return [
-        layers[first + i].register_forward_hook(partial(_hop_hook, step, get_graph)) for i, step in enumerate(steps)
-    ]
+
+    def build(self, cfg, backbone: nn.Module, layers: nn.ModuleList) -> tuple[nn.ModuleList, None]:
+        config = backbone.config
+        steps = nn.ModuleList(
+            HopStep(
+                config.hidden_size,
+                cfg.hop_heads or config.num_attention_heads,
+                variant=cfg.hop_variant,
+                dropout=cfg.hop_dropout,
+                fusion_init=cfg.hop_fusion_init,
+                initializer_range=getattr(config, "initializer_range", 0.02),
+            )
+            for _ in range(cfg.hop_layers)
+        )
+        return steps, None
+
+    def inputs(self, batch, cfg, relations=None, tokenizer=None) -> tuple[HopGraph, dict]:
+        from xh.model.packing import hub_positions
+
+        graph = HopGraph.build(
+            batch.edges, batch.num_nodes, cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
+        )
+        return graph, {}

@@ -12,12 +12,13 @@
 The folder is the saved-model format of `xh.model.saved`, which the re-ranker and the question-type
 classifier share.
 
-The hop steps (`xh.model.hop`) run as forward hooks after the encoder's last K layers, so the
-backbone keeps its own module layout and weight names (`backbone.*`; hop parameters are `hop_steps.*`,
-heads `heads.*`). The hooks act only inside `XHModel.forward`/`encode`: `model.backbone(...)` called on its
-own is the plain backbone. The backbone's pooler is dropped (the heads read the hub directly, and
-DDP refuses parameters that get no gradient). Gradient checkpointing of the backbone is refused:
-its recomputation would run outside `encode`, without the graph.
+`encode` runs the backbone's embeddings and layers itself (`xh.model.encoder`), with a hop step after
+each of the last K layers, on the batch's hop graph passed along explicitly; the backbone keeps its own
+module layout and weight names (`backbone.*`; hop parameters are `hop_steps.*`, heads `heads.*`), and
+`model.backbone(...)` called on its own is the plain backbone. The hop variant (`hop_variant`: paper,
+gat, gesa) is the one table `HOP_VARIANTS`: how its steps are built and what each batch gives them.
+The backbone's pooler is dropped (the heads read the hub directly, and DDP refuses parameters that
+get no gradient).
 
 Loss: Σ weight × term over the terms whose labels the batch has (`ModelConfig.*_loss_weight`);
 `loss` is None when it has none. Every head output also enters the loss with weight 0, so each
@@ -34,14 +35,18 @@ from torch import nn
 
 from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
+from xh.model.encoder import embed, run_layer
+from xh.model.gesa import TypedHops
 from xh.model.heads import FeverHeads, HotpotHeads
-from xh.model.hop import HopGraph, HopStep, attach_hop_steps, find_encoder_layers
-from xh.model.packing import PackedBatch, encoder_inputs, hub_positions, node_states
+from xh.model.hop import HopGraph, PlainHops, find_encoder_layers
+from xh.model.packing import encoder_inputs, node_states
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 
 XH_CONFIG_FILE = "xh_config.json"
 FORMAT = "transformer-xh"
 FORMAT_VERSION = 1
+# hop_variant -> how its hop steps are built and what each batch gives them (graph, layer keywords)
+HOP_VARIANTS = {"paper": PlainHops(), "gat": PlainHops(), "gesa": TypedHops()}
 
 
 @dataclass
@@ -76,34 +81,17 @@ class XHModel(nn.Module):
         if getattr(backbone, "pooler", None) is not None:
             backbone.pooler = None
         hidden, init_range = config.hidden_size, getattr(config, "initializer_range", 0.02)
-        layers = find_encoder_layers(backbone)
-        if cfg.hop_variant == "gesa":
-            from xh.model.gesa import gesa_hop_steps
-
-            self.hop_steps, self.hub_relations = gesa_hop_steps(cfg, backbone, layers)
-        else:
-            self.hop_steps = nn.ModuleList(
-                HopStep(
-                    hidden,
-                    cfg.hop_heads or config.num_attention_heads,
-                    variant=cfg.hop_variant,
-                    dropout=cfg.hop_dropout,
-                    fusion_init=cfg.hop_fusion_init,
-                    initializer_range=init_range,
-                )
-                for _ in range(cfg.hop_layers)
-            )
-        self._graph: HopGraph | None = None
-        attach_hop_steps(layers, self.hop_steps, self._current_graph)
-        self._hop_layers = list(layers)[len(layers) - cfg.hop_layers :]  # plain list: already registered in backbone
+        # A plain list: the layers are registered (and saved) once, as the backbone's.
+        self.layers = list(find_encoder_layers(backbone))
+        if cfg.hop_layers > len(self.layers):
+            raise ValueError(f"hop_layers={cfg.hop_layers} but the encoder has only {len(self.layers)} layers")
+        self.hops = HOP_VARIANTS[cfg.hop_variant]
+        self.hop_steps, self.hub_relations = self.hops.build(cfg, backbone, self.layers)
         dropout = getattr(config, "hidden_dropout_prob", 0.1)
         heads_class = HotpotHeads if cfg.task == "hotpot" else FeverHeads
         self.heads = heads_class(hidden, dropout=dropout, initializer_range=init_range)
         # RoBERTa-style encoders have one token type: segment ids would index past their table.
         self._use_token_types = getattr(config, "type_vocab_size", 0) > 1
-
-    def _current_graph(self) -> HopGraph | None:
-        return self._graph
 
     # --- construction and persistence ---------------------------------------------------------------
 
@@ -137,30 +125,18 @@ class XHModel(nn.Module):
         return self._encode(batch)[0]
 
     def _encode(self, batch: GraphBatch) -> tuple[torch.Tensor, HopGraph]:
-        if any(getattr(layer, "gradient_checkpointing", False) for layer in self._hop_layers):
-            raise ValueError("gradient checkpointing of the backbone is not supported with hop layers")
-        # A packed batch (`xh.model.packing`) holds several nodes per encoder row: the backbone reads its
+        # A packed batch (`xh.model.packing`) holds several nodes per encoder row: the layers read its
         # rows, hop attention finds each node's hub among them, and the heads get [N, L, H] either way.
-        if self.cfg.hop_variant == "gesa":
-            from xh.model.gesa import typed_hop_graph
-
-            if isinstance(batch, PackedBatch):
-                raise ValueError("model.hop_variant=gesa reads hubs at row starts: use train.batching=graphs")
-            graph = typed_hop_graph(
-                batch, self.cfg.isolated_nodes, getattr(self, "hub_relations", None), self.tokenizer
-            )
-        else:
-            graph = HopGraph.build(
-                batch.edges, batch.num_nodes, self.cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-            )
-        self._graph = graph if self.hop_steps else None
-        try:
-            out = self.backbone(**encoder_inputs(batch, self.backbone, self._use_token_types))
-        finally:
-            self._graph = None
-            if getattr(self, "hub_relations", None) is not None:
-                self.hub_relations.labels = None
-        return node_states(batch, out.last_hidden_state), graph
+        graph, hop_kwargs = self.hops.inputs(batch, self.cfg, self.hub_relations, self.tokenizer)
+        inputs = encoder_inputs(batch, self.backbone, self._use_token_types)
+        x, mask = embed(self.backbone, **inputs)
+        first_hop = len(self.layers) - len(self.hop_steps)
+        for i, layer in enumerate(self.layers):
+            # token attention within each node (Eq. 9); GESA's hub relations read hop_kwargs
+            x = run_layer(layer, x, mask, position_ids=inputs.get("position_ids"), **hop_kwargs)
+            if i >= first_hop:
+                x = self.hop_steps[i - first_hop](x, graph)  # hub attention along the graph's edges (Eq. 7-8)
+        return node_states(batch, x), graph
 
     def forward(self, batch: GraphBatch) -> XHOutput:
         hidden, graph = self._encode(batch)

@@ -1,0 +1,42 @@
+"""The two halves of a transformers BERT-family encoder that `XHModel` runs itself: `embed` (what the
+backbone's own forward computes before its first layer) and its layers (`xh.model.hop.find_encoder_layers`).
+
+    x, mask = embed(backbone, input_ids=ids, attention_mask=mask, token_type_ids=types)
+    for layer in find_encoder_layers(backbone):
+        x = run_layer(layer, x, mask)
+
+gives the backbone's `last_hidden_state`, so that the hop steps can run between the layers in plain
+sight. BERT, RoBERTa, ELECTRA (its embedding projection included) and DistilBERT build their layer
+mask the same way (`create_bidirectional_mask`); a 4-D mask (packed rows) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.masking_utils import create_bidirectional_mask
+
+
+def embed(
+    backbone: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    token_type_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(token embeddings [R, T, H], the attention mask in the form the backbone's layers take)."""
+    inputs = {"input_ids": input_ids, "position_ids": position_ids}
+    if token_type_ids is not None:  # DistilBERT's embeddings take none
+        inputs["token_type_ids"] = token_type_ids
+    x = backbone.embeddings(**inputs)
+    project = getattr(backbone, "embeddings_project", None)  # ELECTRA: embedding size != hidden size
+    if project is not None:
+        x = project(x)
+    mask = create_bidirectional_mask(config=backbone.config, inputs_embeds=x, attention_mask=attention_mask)
+    return x, mask
+
+
+def run_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+    """One encoder layer; `kwargs` reach its attention function (as the backbone's own forward passes them)."""
+    out = layer(x, mask, **kwargs)
+    return out[0] if isinstance(out, tuple) else out  # older layer classes return (hidden_states, ...)
