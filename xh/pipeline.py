@@ -10,7 +10,8 @@
 
 Everything is loaded once, and each half only when its inputs are given, so that a process needing
 one half holds only that half: batch scoring's graph actors pass `index` (the BM25 shards, entity
-linker and link graph; the docs and links of each batch's candidates are read per batch), its model
+linker and link graph, and the docs and links by id: `xh.graph.docstore`, a memory-mapped copy built
+once per node and shared by its actors, from which a batch reads only its candidates' rows), its model
 actors `model`. `model` is a folder written by `XHModel.save_pretrained` (loaded on the CPU) or a
 registered version `models:/NAME/VERSION` (through its MLflow pyfunc, on the GPU when there is one).
 
@@ -28,6 +29,7 @@ import json
 from collections.abc import Sequence
 
 from xh.config import GraphsConfig, RetrieveConfig, XHConfig
+from xh.graph.docstore import DocStore
 from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
@@ -63,11 +65,13 @@ class Pipeline:
         batch_graphs: int = 8,
         s3: S3Settings | None = None,
         sort_window: int = 8,
+        docs: DocStore | None = None,
     ) -> None:
         self.retriever, self.tables, self.graph_settings, self.classifier = retriever, tables, graph, classifier
         self.model, self.tokenizer, self.batch_graphs = model, tokenizer, batch_graphs
         self.sort_window = sort_window
         self.s3 = s3
+        self.docs = docs  # the docs and links by id; None: filtered from the tables per call
 
     @classmethod
     def load(
@@ -82,12 +86,14 @@ class Pipeline:
         batch_graphs: int = 8,
         s3: S3Settings | None = None,
         sort_window: int = 8,
+        doc_cache: str | None = None,
     ) -> Pipeline:
         """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
         `classifier` folder; FEVER, `graph.task == "fever"`: `tables` alone); the model half when
         `model` is given. `sort_window`: batches of graphs sorted by length together
-        (`xh.inference.predict_graphs`)."""
-        retriever = question_types = weights = tokenizer = None
+        (`xh.inference.predict_graphs`). `doc_cache`: where this node keeps its copy of the docs and
+        links by id (`xh.graph.docstore`; default `$XH_DOC_CACHE` or the temp folder)."""
+        retriever = question_types = weights = tokenizer = docs = None
         if graph is not None and graph.task == "fever" and tables is not None:
             # FEVER claims: the sentence retriever over the docs (`xh.graph.fever`) is the whole graph half
             from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
@@ -96,13 +102,14 @@ class Pipeline:
             retriever = FeverGraphBuilder.load(tables, settings, s3)
         elif index is not None:
             retriever = Retriever.load(index, tables, retrieval, s3)
+            docs = DocStore.open(tables, s3, doc_cache)
             if classifier:
                 from xh.model.qtype import QuestionTypeClassifier
 
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
             weights, tokenizer = _load_model(model)
-        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3, sort_window)
+        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3, sort_window, docs)
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
@@ -114,9 +121,12 @@ class Pipeline:
         candidates: dict[str, list[dict]] = {}
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             candidates.setdefault(row["qid"], []).append(row)
-        # only the documents these questions need: the docs table is far larger than a batch's share
+        # only the documents these questions need, looked up by id: the docs table is far larger than a batch's share
         doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
-        builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
+        if self.docs is not None:
+            builder = HotpotGraphBuilder.from_store(self.docs, doc_ids, self.graph_settings, self.classifier)
+        else:
+            builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
         graphs, quarantined = [], repeated
         for question, outcome in zip(questions, builder.build_many(questions, candidates)):
             if outcome.graph is not None:

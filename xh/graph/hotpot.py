@@ -344,6 +344,19 @@ class HotpotGraphBuilder:
             out[src].append((dst, anchor, sentence))
         return cls(by_id, dict(out), settings, classifier)
 
+    @classmethod
+    def from_store(
+        cls,
+        store,
+        doc_ids: Iterable[str],
+        settings: GraphsConfig,
+        classifier: QuestionClassifier | None = None,
+    ) -> HotpotGraphBuilder:
+        """What `load` reads, looked up by id in a `xh.graph.docstore.DocStore` (no table scan); links only
+        between documents the table holds, the only ones a graph's nodes can have."""
+        docs, links = store.lookup(doc_ids)
+        return cls(docs, links, settings, classifier)
+
     def build_many(self, questions: list[dict], candidates: dict[str, list[dict]]) -> list[Outcome]:
         """One outcome per QUESTIONS row; `candidates`: qid -> its CANDIDATES rows."""
         types = resolve_question_types(questions, self.classifier)
