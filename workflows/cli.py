@@ -227,6 +227,46 @@ def score(
     run_stage("score", config, overrides, flags("score", input=input, model=model))
 
 
+serve_app = typer.Typer(
+    help="The champion as a Ray Serve application (POST /answer), following its alias.", invoke_without_command=True
+)
+app.add_typer(serve_app, name="serve")
+
+
+@serve_app.callback()
+def serve(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option("--model", help="e.g. models:/xh-hotpot@champion")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="HTTP address (serve.host)")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="HTTP port (serve.port)")] = None,
+    config: Config = None,
+    overrides: Sets = None,
+) -> None:
+    """Serve the model version the alias names until interrupted: retrieval + graphs, then the model, batched."""
+    if ctx.invoked_subcommand is not None:
+        return
+    run_stage("serve", config, overrides, flags("serve", model=model, host=host, port=port))
+
+
+@serve_app.command("reload")
+def serve_reload(
+    url: Annotated[str | None, typer.Option("--url", help="the app's base URL; default from serve.host/port")] = None,
+    config: Config = None,
+    overrides: Sets = None,
+) -> None:
+    """Make a running app look its alias up now and serve the version it names (POST /-/reload)."""
+    from xh.serve import base_url, call
+
+    try:
+        target = url or base_url(load_config(config, overrides or []))
+        status, body = call(f"{target.rstrip('/')}/-/reload", {})  # a POST
+    except ConfigError as e:
+        fail(str(e))
+    if status != 200:
+        fail(f"reload at {target} failed ({status}): {body.get('reload_error') or body.get('error')}")
+    typer.echo(json.dumps(body, sort_keys=True))
+
+
 eval_app = typer.Typer(help="Official HotpotQA / FEVER metrics of a prediction file.", no_args_is_help=True)
 app.add_typer(eval_app, name="eval")
 Gold = Annotated[str, typer.Option("--gold", "-g", help="gold file, local or s3://")]

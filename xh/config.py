@@ -295,6 +295,33 @@ class PromoteConfig(Section):
     floor: float = Field(1.0, gt=0.0, description="score (x100) the first model must reach")
 
 
+class ServeConfig(Section):
+    """`xh serve`: the champion as a Ray Serve application (`xh.serve`), following its alias."""
+
+    model: str = Field(
+        "models:/xh-hotpot@champion",
+        description="an alias is followed (re-resolved every alias_check_s, or on reload); NAME/VERSION is pinned",
+    )
+    host: str = Field("127.0.0.1", description="HTTP address of Serve's proxy (0.0.0.0 on a cluster)")
+    port: int = Field(8000, ge=1, le=65535)
+    alias_check_s: float = Field(30.0, gt=0, description="seconds between two lookups of the alias")
+    duration_s: float | None = Field(None, gt=0, description="serve this long, then stop; None: until interrupted")
+    max_batch_size: int = Field(16, ge=1, description="graphs the model deployment batches (@serve.batch)")
+    batch_wait_timeout_s: float = Field(0.01, ge=0, description="how long a batch waits to fill")
+    batch_graphs: int = Field(8, ge=1, description="graphs per forward pass")
+    max_questions: int = Field(64, ge=1, description="questions one request may hold")
+    max_question_chars: int = Field(2000, ge=1, description="longer questions are refused in the answer")
+    question_classifier: str | None = Field(
+        None, description="question-type classifier folder, where the version records none (as score's)"
+    )
+    graph_replicas: int = Field(1, ge=1, description="replicas of the retrieval + graph deployment")
+    graph_cpus: float = Field(0.5, gt=0)
+    model_replicas: int = Field(1, ge=1, description="replicas of the model deployment")
+    model_cpus: float = Field(0.5, gt=0)
+    model_threads: int | None = Field(None, ge=1, description="torch threads per model replica (None: torch's)")
+    use_gpu: bool | None = Field(None, description="a GPU per model replica; None: when the cluster has GPUs")
+
+
 class TrainConfig(Section):
     graphs: str | None = Field(
         None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>"
@@ -444,6 +471,7 @@ class XHConfig(Section):
     train: TrainConfig = TrainConfig()
     score: ScoreConfig = ScoreConfig()
     promote: PromoteConfig = PromoteConfig()
+    serve: ServeConfig = ServeConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
@@ -457,6 +485,7 @@ STAGES: dict[str, tuple[str, ...]] = {
     "train": COMMON + ("model", "train"),
     "score": COMMON + ("retrieve", "graphs", "score"),
     "promote": COMMON + ("promote",),
+    "serve": COMMON + ("retrieve", "graphs", "serve"),
     "demo": COMMON + ("synth", "wiki", "retrieve"),
 }
 
@@ -532,7 +561,7 @@ SERVICE_SCHEMES: dict[str, tuple[str, ...]] = {
     "storage.s3_endpoint_url": ("http", "https"),
     "ray.address": ("ray", "http", "https"),
 }
-MODEL_URIS = ("score.model",)  # MLflow model URIs (models:/name@alias), checked by their stage
+MODEL_URIS = ("score.model", "serve.model")  # MLflow model URIs (models:/name@alias), checked by their stage
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
