@@ -54,19 +54,48 @@ RUNS = [
     "minilm/graphs/k3",
 ]
 WORLD = {  # synth sizes and training settings per device
+    # the training worker takes `worker_cpus` of the machine's CPUs, `encode` of them for encoding processes
     "cuda": dict(
-        docs=4000, questions=1500, epochs=3, node_tokens=256, batch_tokens=32768, batch_graphs=16, cpus=12, encode=4
+        docs=6000,
+        questions=3000,
+        epochs=3,
+        node_tokens=256,
+        batch_tokens=32768,
+        batch_graphs=16,
+        cpus=16,
+        worker_cpus=14,
+        encode=12,
     ),
     "cpu": dict(
-        docs=400, questions=100, epochs=2, node_tokens=128, batch_tokens=2048, batch_graphs=4, cpus=2, encode=0
+        docs=400,
+        questions=100,
+        epochs=2,
+        node_tokens=128,
+        batch_tokens=2048,
+        batch_graphs=4,
+        cpus=2,
+        worker_cpus=1,
+        encode=0,
     ),
 }
 REGISTERED = "xh-gpu"
 
 
+class Records(list):
+    """The run's measurements; with an `out` folder each is also appended to gpu_ray.jsonl at once, so a
+    run cut short by its time limit still hands back what it measured."""
+
+    def __init__(self, out: Path | None = None):
+        super().__init__()
+        self.out = out
+
+
 def emit(record: dict, records: list[dict]) -> None:
     records.append(record)
     print(json.dumps(record), flush=True)
+    if getattr(records, "out", None) is not None:
+        with (records.out / "gpu_ray.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def versions(device: str) -> dict:
@@ -107,7 +136,7 @@ def base_config(work: Path, device: str, world: dict) -> list[str]:
         f"train.epochs={world['epochs']}",
         f"train.use_gpu={'true' if device == 'cuda' else 'false'}",
         "train.bf16=true",
-        f"train.cpus_per_worker={4 if device == 'cuda' else 1}",
+        f"train.cpus_per_worker={world['worker_cpus']}",
         f"train.encode_processes={world['encode']}",
         f"train.batch_tokens={world['batch_tokens']}",
         f"train.batch_graphs={world['batch_graphs']}",
@@ -304,7 +333,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--docs", type=int, default=None, help="the world's documents (default: per device)")
     parser.add_argument("--questions", type=int, default=None, help="the world's questions (default: per device)")
     parser.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
-    parser.add_argument("--out", default=None, help="folder for gpu_ray.json")
+    parser.add_argument("--out", default=None, help="folder for gpu_ray.json (and gpu_ray.jsonl as it goes)")
+    parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: per device)")
+    parser.add_argument("--worker-cpus", type=int, default=None, help="CPUs of the training worker")
+    parser.add_argument("--encode", type=int, default=None, help="encoding processes of the training worker")
     args = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -316,10 +348,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     configure_logging(-1)
     work = Path(args.work or tempfile.mkdtemp(prefix="xh-gpu-ray-"))
-    world = WORLD[args.device] | {k: v for k, v in (("docs", args.docs), ("questions", args.questions)) if v}
-    records: list[dict] = []
+    given = {"docs": args.docs, "questions": args.questions, "epochs": args.epochs}
+    given |= {"worker_cpus": args.worker_cpus, "encode": args.encode}
+    world = WORLD[args.device] | {k: v for k, v in given.items() if v is not None}
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    records = Records(out)
     started = time.perf_counter()
-    emit(versions(args.device), records)
+    emit(versions(args.device) | {"world": world}, records)
     tokenizer = args.tokenizer or resolve_backbone(None)
     sizes = {run.split("/")[0] for run in args.runs}
     backbones = {s: random_backbone(work / "backbones" / s, tokenizer, *SIZES[args.device][s]) for s in sizes}
@@ -340,9 +377,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             shutil.rmtree(work, ignore_errors=True)
     emit({"name": "total", "seconds": round(time.perf_counter() - started, 1)}, records)
     print(table(records))
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "gpu_ray.json").write_text(json.dumps(records, indent=1))
+    if out is not None:
+        (out / "gpu_ray.json").write_text(json.dumps(records, indent=1))
     return records
 
 

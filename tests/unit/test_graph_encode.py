@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from xh.config import GraphsConfig
-from xh.graph.encode import encode_graph, truncate_node
+from xh.graph.encode import encode_graph, encode_graphs, truncate_node
 from xh.graph.hotpot import distractor_graphs, read_distractor_questions
 from xh.retrieval.evaluate import normalize_answer
 
@@ -225,3 +225,17 @@ def test_real_sample_answer_spans_decode_to_the_answer(shared_data, tokenizer):
                     .startswith(enc.node_paragraphs[i][starts.min() : starts.min() + 5].lower())
                 )
     assert spans > answer_nodes >= 475  # every span answer has a node; several hold it more than once
+
+
+def test_a_pyarrow_table_of_rows_encodes_like_its_dicts(tokenizer):
+    import pyarrow as pa
+
+    rows = [
+        _row([_node(["Bo Lind was born in Oslo."]), _node(["Oslo is a city."])], qid="a"),
+        _row([_node(["Nothing."])], edges=(), qid="b"),
+    ]
+    from_dicts = encode_graphs(rows, tokenizer, 64)
+    from_table = encode_graphs(pa.Table.from_pylist(rows), tokenizer, 64)
+    assert [g.qid for g in from_table] == [g.qid for g in from_dicts]
+    for a, b in zip(from_table, from_dicts):
+        assert all(np.array_equal(x, y) for x, y in zip(a.input_ids, b.input_ids))

@@ -239,3 +239,49 @@ def test_a_packed_batch_under_bf16_autocast_on_cuda_matches_float32():
     torch.testing.assert_close(half.node_logits, full.node_logits, atol=0.1, rtol=0.1)
     plain = model(collate(graphs()).to("cuda"))
     torch.testing.assert_close(full.loss, plain.loss, rtol=1e-3, atol=1e-4)
+
+
+def _fill_rows_one_graph_at_a_time(graphs, rows: int, row_tokens: int, lookahead: int):
+    """The rule `fill_rows` keeps, written plainly: each graph in order joins the batch if the batch with it
+    still packs into `rows`; if not, the first of the next `lookahead` that does; else the batch closes."""
+    batch, lengths, waiting, stream = [], [], [], iter(graphs)
+    while True:
+        while len(waiting) <= lookahead and (graph := next(stream, None)) is not None:
+            waiting.append(graph)
+        if not waiting:
+            break
+        for k, graph in enumerate(waiting):
+            candidate = lengths + [len(ids) for ids in graph.input_ids]
+            if not batch or len(first_fit_decreasing(candidate, row_tokens)) <= rows:
+                batch.append(waiting.pop(k))
+                lengths = candidate
+                break
+        else:
+            yield batch
+            batch, lengths = [], []
+    if batch:
+        yield batch
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16, 128])
+def test_fill_rows_gallops_to_the_batches_one_graph_at_a_time_would_make(rows, monkeypatch):
+    rng = np.random.default_rng(rows)
+    stream = [
+        random_graph(rng, f"g{k}", [int(n) for n in rng.integers(12, 128, size=rng.integers(1, 12))], [])
+        for k in range(300)
+    ]
+    stream.insert(7, random_graph(rng, "huge", [128] * (rows + 2), []))  # too large alone: a batch of its own
+    expected = [[g.qid for g in b] for b in _fill_rows_one_graph_at_a_time(stream, rows, 128, lookahead=4)]
+
+    import xh.model.packing as packing
+
+    calls = []
+    counted = packing.first_fit_decreasing
+    monkeypatch.setattr(packing, "first_fit_decreasing", lambda *a: calls.append(1) or counted(*a))
+    got = [[g.qid for g in b] for b in fill_rows(stream, rows=rows, row_tokens=128, lookahead=4)]
+    assert got == expected
+    assert ["huge"] in got
+    # a few packings a batch, not one a graph (the quadratic cost that starved a GPU of batches)
+    graphs_per_batch = len(stream) / len(got)
+    if graphs_per_batch > 20:
+        assert len(calls) / len(got) < graphs_per_batch / 2

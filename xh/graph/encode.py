@@ -190,6 +190,9 @@ def _edge_type_ids(row: dict) -> np.ndarray | None:
 
 
 def encode_graphs(rows: Iterable[dict], tokenizer, max_node_tokens: int) -> list[EncodedGraph]:
+    """Rows as dicts, or a pyarrow table of them (converted here: in a worker process, off the trainer's thread)."""
+    if hasattr(rows, "to_pylist"):
+        rows = rows.to_pylist()
     return [encode_graph(row, tokenizer, max_node_tokens) for row in rows]
 
 
@@ -226,15 +229,15 @@ class GraphEncoder:
                 initargs=(tokenizer, max_node_tokens),
             )
 
-    def map(self, chunks: Iterable[list[dict]]) -> Iterator[list[EncodedGraph]]:
-        """The encoded graphs of each chunk of rows, chunk by chunk in order."""
+    def map(self, chunks: Iterable) -> Iterator[list[EncodedGraph]]:
+        """The encoded graphs of each chunk of rows (a list of dicts or a pyarrow table), chunk by chunk in order."""
         if self._pool is None:
             for rows in chunks:
                 yield encode_graphs(rows, self.tokenizer, self.max_node_tokens)
             return
         in_flight: deque = deque()
         for rows in chunks:
-            in_flight.append(self._pool.submit(_encode_in_worker, list(rows)))
+            in_flight.append(self._pool.submit(_encode_in_worker, rows if hasattr(rows, "to_pylist") else list(rows)))
             if len(in_flight) > self.processes:
                 yield in_flight.popleft().result()
         while in_flight:

@@ -297,9 +297,8 @@ def train_loop_per_worker(config: dict) -> None:
             tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
             made = (training_batch(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
         else:
-            made = layout.batches(
-                (table.to_pylist() for table in batches), encoder, progress.batches_in_epoch, plan.batches_per_epoch
-            )
+            # tables, not dicts: the encoder's processes convert them, off this process's busy thread
+            made = layout.batches(batches, encoder, progress.batches_in_epoch, plan.batches_per_epoch)
         epoch_start, epoch_stats = time.perf_counter(), BatchStats()
         prefetched = Prefetcher(made, depth=2, pin_memory=device.type == "cuda")
         stream = in_lockstep(prefetched, device) if layout.packed else prefetched
