@@ -4,6 +4,14 @@
         run_the_stage()
     sampled.driver, sampled.worker, sampled.worker_name   # peak RSS: this process, the largest Ray worker
     sampled.cpu_seconds()   # {"driver": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, "ray system: raylet": s ...}
+    sampled.kind_peaks()    # {kind: {"rss", "pss", "anon": the largest process's MiB; "sum_rss", "sum_pss": the
+                            #  peak of the kind's processes together; "count": most processes at once}}
+    sampled.workers_total   # {"rss": MiB, "pss": MiB}: the peak over samples of the sum over every Ray worker
+
+Memory shared between processes (a file every query actor maps, Ray's object store) is resident in each of
+them: RSS counts it once per process, PSS (`/proc/PID/smaps_rollup`) divides each shared page among the
+processes that map it, so a sum of PSS counts it once; `anon` is a process's anonymous memory (its heap:
+what it holds on its own, no mapped file).
 
 Linux only (`/proc`). A local Ray cluster's processes (raylet, GCS, workers) run under the driver that
 started it, so sampling the driver's descendants every `every` seconds sees them all. CPU time is the
@@ -26,6 +34,20 @@ def rss(pid: int) -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def smaps(pid: int) -> dict[str, int]:
+    """Bytes of a process's memory by kind from `/proc/PID/smaps_rollup` (Rss, Pss, Anonymous, Shared_Clean ...)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) == 3 and parts[2] == "kB":
+                    out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
 
 
 def cpu(pid: int) -> float:
@@ -79,6 +101,8 @@ class ProcessSampler:
         self._start_cpu: dict[int, float] = {}
         self._last_cpu: dict[int, float] = {}
         self._kind: dict[int, str] = {}
+        self._peaks: dict[str, dict[str, int]] = {}
+        self.workers_total = {"rss": 0.0, "pss": 0.0}
 
     def _sample(self, first: bool = False) -> None:
         me = os.getpid()
@@ -91,10 +115,34 @@ class ProcessSampler:
             self._last_cpu[pid] = max(self._last_cpu.get(pid, 0.0), used)
             if name != "ray worker (starting)" or pid not in self._kind:
                 self._kind[pid] = name  # a worker's title changes once it runs a task: the last one counts
+        total = {"rss": 0, "pss": 0}
+        by_kind: dict[str, dict[str, int]] = {}
+        for pid, name in processes.items():
             if name.startswith("ray::") or name == "ray worker (starting)":
                 size = rss(pid)
                 if size > self.worker:
                     self.worker, self.worker_name = size, name
+                memory = smaps(pid)
+                figures = {
+                    "rss": memory.get("Rss", size),
+                    "pss": memory.get("Pss", size),
+                    "anon": memory.get("Anonymous", 0),
+                }
+                peak = self._peaks.setdefault(self._kind[pid], {"rss": 0, "pss": 0, "anon": 0})
+                for k, v in figures.items():
+                    peak[k] = max(peak[k], v)
+                total["rss"] += figures["rss"]
+                total["pss"] += figures["pss"]
+                summed = by_kind.setdefault(self._kind[pid], {"count": 0, "sum_rss": 0, "sum_pss": 0})
+                summed["count"] += 1
+                summed["sum_rss"] += figures["rss"]
+                summed["sum_pss"] += figures["pss"]
+        for name, summed in by_kind.items():
+            peak = self._peaks[name]
+            for k, v in summed.items():
+                peak[k] = max(peak.get(k, 0), v)
+        for k, v in total.items():
+            self.workers_total[k] = max(self.workers_total[k], round(v / 2**20, 1))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
@@ -107,6 +155,12 @@ class ProcessSampler:
             name = self._kind[pid]
             out[name] = out.get(name, 0.0) + used - self._start_cpu.get(pid, 0.0)
         return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+    def kind_peaks(self) -> dict[str, dict[str, float]]:
+        """Per Ray worker kind, the peak RSS, PSS and anonymous memory (MiB) of its largest process."""
+        return {
+            k: {m: (v if m == "count" else round(v / 2**20, 1)) for m, v in p.items()} for k, p in self._peaks.items()
+        }
 
     def __enter__(self) -> ProcessSampler:
         self._sample(first=True)

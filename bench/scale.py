@@ -72,15 +72,20 @@ def register_model(base: list[str], work: Path, backbone: str) -> None:
 
 def index_figures(work: Path, num_docs: int, shard_budget: float) -> dict:
     """The index's bytes per shard on disk and in memory, and the shards HotpotQA's Wikipedia needs."""
-    from xh.retrieval.index import load_index, read_manifest
+    from xh.retrieval.index import read_manifest
+    from xh.retrieval.shared import node_state
 
     index = str(work / "index" / "bm25")
     manifest = read_manifest(index)
-    shards = load_index(index)
+    state = node_state(index, str(work / "tables"))  # mapped: sizes without a copy in this process
+    shards = state.shards
     disk = [folder_bytes(work / "index" / "bm25" / s["path"]) for s in manifest["shards"]]
     memory = [s.memory_bytes() for s in shards]
     per_doc = sum(memory) / num_docs
+    layout = state.folder
     return {
+        "layout_mib": mib(folder_bytes(layout)),
+        "layout_parts_mib": {p.name: mib(folder_bytes(p)) for p in sorted(layout.iterdir()) if p.is_dir()},
         "shards": len(shards),
         "disk_mib_per_shard": [mib(b) for b in disk],
         "memory_mib_per_shard": [mib(b) for b in memory],
@@ -120,6 +125,8 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             *args.set,
         ]
         cfg = load_config(None, base)
+        # the node's retrieval layout (xh.retrieval.shared) goes with the world; workers inherit the variable
+        os.environ["XH_NODE_CACHE"] = str(work / "node-cache")
         ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
 
         def score_input():
@@ -130,14 +137,25 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             )
             register_model(base, work, backbone)
 
+        one_actor = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"workers": 1})})
+        two_actors = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"workers": 2})})
+        index_uri, tables_uri = str(work / "index" / "bm25"), str(work / "tables")
         stages = [
             ("synth", lambda: synth.run(cfg), num_docs, ["world"]),
             ("wiki", lambda: wiki.run(cfg), num_docs, ["tables"]),
             ("index", lambda: retrieve.build_index(cfg), num_docs, ["index"]),
-            ("retrieve", lambda: retrieve.run_candidates(cfg), args.questions, ["retrieval"]),
+            # the node's one copy of the retrieval state, laid out once (the query actors map it)
+            ("layout", lambda: retrieve.prepare_layouts(index_uri, tables_uri, None), num_docs, ["node-cache"]),
+        ]
+        if num_docs <= args.one_actor_max:  # the same retrieval with one query actor, to compare memory
+            stages.append(("retrieve_1actor", lambda: retrieve.run_candidates(one_actor), args.questions, []))
+        stages += [
+            ("retrieve", lambda: retrieve.run_candidates(two_actors), args.questions, ["retrieval"]),
             ("graphs", lambda: graphs.build(cfg), args.questions, ["graphs"]),
             ("score", lambda: score.run(cfg), args.score_questions, ["predictions"]),
         ]
+        if args.shard_budget_gib_set:
+            stages.insert(4, ("fanout", lambda: fanout_check(args, cfg, work), args.questions, []))
         out: dict = {"docs": num_docs, "questions": args.questions, "stages": {}}
         for name, fn, items, folders in stages:
             if name == "score":
@@ -145,8 +163,9 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             before = folder_bytes(*(work / f for f in folders))
             with ProcessSampler() as rss:
                 start = time.perf_counter()
-                fn()
+                result = fn()
                 seconds = time.perf_counter() - start
+            kinds = rss.kind_peaks()
             out["stages"][name] = {
                 "seconds": round(seconds, 2),
                 "items": items,
@@ -154,13 +173,36 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
                 "driver_peak_mib": mib(rss.driver),
                 "worker_peak_mib": mib(rss.worker),
                 "largest_worker": rss.worker_name,
+                "workers_total_peak_mib": rss.workers_total,
                 "written_mib": mib(folder_bytes(*(work / f for f in folders)) - before),
                 "cpu_seconds": rss.cpu_seconds(),
+                "load_average": [round(x, 2) for x in os.getloadavg()],
+                "memory_by_kind": kinds,
             }
+            actors = [v for k, v in kinds.items() if "_QueryActor" in k]
+            if actors:
+                out["stages"][name]["query_actor"] = max(actors, key=lambda v: v["rss"])
+            if name == "fanout":
+                out["fanout"] = result
             print(f"[scale] N={num_docs:,} {name}: {out['stages'][name]}", flush=True)
         out["index"] = index_figures(work, num_docs, args.shard_budget_gib * 2**30)
         ray.shutdown()
     return out
+
+
+def fanout_check(args, cfg, work: Path) -> dict:
+    """BM25's top-k of the questions through per-shard actors (shards grouped under `--shard-budget-gib`) and
+    a merge, against one retriever that maps every shard: the same documents, scores and order."""
+    from xh.retrieval.fanout import compare_fanout
+
+    questions = json.loads((work / "world" / "hotpot" / "questions.json").read_text())
+    return compare_fanout(
+        str(work / "index" / "bm25"),
+        str(work / "tables"),
+        [q["question"] for q in questions],
+        budget_bytes=args.shard_budget_gib * 2**30,
+        k=cfg.retrieve.ir_candidates,
+    )
 
 
 def slope(xs: list[float], ys: list[float]) -> float | None:
@@ -175,14 +217,18 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 def markdown(results: list[dict]) -> str:
     """The per-stage figures of every size as one Markdown table (docs/results.md, "Scale")."""
     lines = [
-        "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB | written MiB |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB (RSS) "
+        "| all workers' peak MiB (sum of PSS) | query actor peak MiB (RSS / anon) | load avg (1 min) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         for name, f in r["stages"].items():
+            actor = f.get("query_actor")
+            memory = f"{actor['rss']} / {actor['anon']}" if actor else "-"
             lines.append(
                 f"| {r['docs']:,} | {name} | {f['seconds']} | {f['per_s_per_core']} | {f['driver_peak_mib']} "
-                f"| {f['worker_peak_mib']} | {f['written_mib']} |"
+                f"| {f['worker_peak_mib']} | {f['workers_total_peak_mib']['pss']} | {memory} "
+                f"| {f['load_average'][0]} |"
             )
     return "\n".join(lines)
 
@@ -205,18 +251,30 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--shards", type=int, default=4, help="BM25 index shards")
     parser.add_argument("--docs-per-shard", type=int, default=10_000, help="pages per generated dump shard")
-    parser.add_argument("--shard-budget-gib", type=float, default=2.0, help="memory one index shard may take")
+    parser.add_argument(
+        "--shard-budget-gib",
+        type=float,
+        default=None,
+        help="memory one shard actor may map: runs the fan-out check (shards grouped under it, one actor each, "
+        "top-k merged and compared with one retriever over all shards); default 2 for the shard estimate only",
+    )
+    parser.add_argument(
+        "--one-actor-max", type=int, default=1_000_000, help="up to this N, retrieval also runs with one query actor"
+    )
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--work", default=None, help="folder for the worlds (default: the system's temporary one)")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides, a.b=c (repeatable)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # one size, in this process
     args = parser.parse_args()
+    args.shard_budget_gib_set = args.shard_budget_gib is not None
+    if args.shard_budget_gib is None:
+        args.shard_budget_gib = 2.0
     if args.one:
         from xh.backbones import resolve_backbone
 
         print(RESULT + json.dumps(one_size(args, args.docs[0], resolve_backbone(args.backbone))), flush=True)
         return
-    results = []
+    results, failed = [], None
     for n in sorted(args.docs):
         # one process per size: a driver's peak RSS is its own, not left over from a smaller size
         argv = without_docs(sys.argv[1:])
@@ -226,31 +284,62 @@ def main() -> None:
         lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
         print("\n".join(line for line in done.stdout.splitlines() if not line.startswith(RESULT)), flush=True)
         if done.returncode or not lines:
-            raise SystemExit(f"size {n}: the run failed (exit {done.returncode})")
+            failed = {"docs": n, "exit": done.returncode}  # the sizes before it are summarised below
+            print(f"size {n}: the run failed (exit {done.returncode})", file=sys.stderr, flush=True)
+            break
         results.append(json.loads(lines[-1][len(RESULT) :]))
         print(json.dumps({"name": "scale", **results[-1]}), flush=True)
     sizes = [r["docs"] for r in results]
+    common = [st for st in results[0]["stages"] if all(st in r["stages"] for r in results)] if results else []
     growth = {
         stage: {
             "seconds": slope(sizes, [r["stages"][stage]["seconds"] for r in results]),
             "worker_peak": slope(sizes, [r["stages"][stage]["worker_peak_mib"] for r in results]),
             "driver_peak": slope(sizes, [r["stages"][stage]["driver_peak_mib"] for r in results]),
+            "workers_total_pss": slope(sizes, [r["stages"][stage]["workers_total_peak_mib"]["pss"] for r in results]),
         }
-        for stage in results[0]["stages"]
+        for stage in common
     }
+    actor = {
+        measure: slope(sizes, [r["stages"]["retrieve"]["query_actor"][measure] for r in results])
+        for measure in ("rss", "pss", "anon")
+        if results and all("query_actor" in r["stages"].get("retrieve", {}) for r in results)
+    }
+    one_vs_two = {
+        r["docs"]: {
+            "query_actor_rss_mib": [r["stages"][s]["query_actor"]["rss"] for s in ("retrieve_1actor", "retrieve")],
+            "query_actor_anon_mib": [r["stages"][s]["query_actor"]["anon"] for s in ("retrieve_1actor", "retrieve")],
+            "workers_total_pss_mib": [
+                r["stages"][s]["workers_total_peak_mib"]["pss"] for s in ("retrieve_1actor", "retrieve")
+            ],
+            "workers_total_rss_mib": [
+                r["stages"][s]["workers_total_peak_mib"]["rss"] for s in ("retrieve_1actor", "retrieve")
+            ],
+        }
+        for r in results
+        if "retrieve_1actor" in r["stages"]
+    }
+    for figures in one_vs_two.values():
+        one, two = figures["workers_total_pss_mib"]
+        figures["two_over_one_pss"] = round(two / one, 3)
     print(markdown(results), flush=True)
     print(
         json.dumps(
             {
                 "name": "scale_summary",
                 "docs": sizes,
+                "failed": failed,
                 "questions": args.questions,
                 "score_questions": args.score_questions,
                 "num_cpus": args.num_cpus,
                 "growth_exponent": growth,
+                "query_actor_growth_exponent": actor,
+                "one_vs_two_query_actors": one_vs_two,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+                "finished_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             }
-        )
+        ),
+        flush=True,
     )
 
 

@@ -13,7 +13,9 @@ tasks analyze each range twice — once for its partial corpus statistics (merge
 the corpus-wide N, avgdl and df that make every shard score exactly like one index), once to build
 and save its shard. Candidates: the questions stream through an actor pool whose actors each load
 the shards, the entity linker and the link graph once (`xh.retrieval.candidates.Retriever`), and
-the re-ranker with the docs' texts when `retrieve.reranker` names one (`workflows.rerank`).
+the re-ranker with the docs' texts when `retrieve.reranker` names one (`workflows.rerank`). The
+shards, linker and link graph are laid out once per node first (one task per node,
+`xh.retrieval.shared`) and every actor of a node maps that one copy: a second actor adds no copy.
 Inputs are checked before anything is written: a run that fails on a missing index or re-ranker
 leaves the previous run's questions, quarantine and candidates as they were.
 """
@@ -196,6 +198,7 @@ def retrieve(cfg: XHConfig, output: str) -> dict:
     table = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table(columns=["qid", "question"])
     step = max(r.batch_size, -(-table.num_rows // (r.workers * 4)))
     questions = ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)])
+    layout = prepare_layouts(paths["index"], paths["tables"], s3)
     log("retrieve", f"retrieving candidates for {table.num_rows:,} questions with {r.workers} actor(s)")
     candidates = questions.map_batches(
         _QueryActor,
@@ -212,8 +215,30 @@ def retrieve(cfg: XHConfig, output: str) -> dict:
         "candidates": {row["source"]: row["qid_count"] for row in counts},
         "ranker": (f"reranker {r.reranker}" if r.reranker else "bm25 / commonness (no trained re-ranker)")
         + (f", path scorer {r.path_scorer}" if r.path_scorer else ""),
+        "layout_seconds": layout,
         "seconds": round(time.perf_counter() - start, 3),
     }
+
+
+def prepare_layouts(index_uri: str, tables_uri: str, s3) -> float:
+    """The retrieval state's layout on every node with CPUs (`xh.retrieval.shared`), one task per node, before
+    the query actors start: they then only map it, and no actor holds the memory of building it (the task's
+    process exits after it). A node that joins later is laid out by its first actor. Returns the seconds."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    start = time.perf_counter()
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+    task = ray.remote(num_cpus=0, max_calls=1)(_prepare_layout)
+    strategy = [NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes]
+    ray.get([task.options(scheduling_strategy=s).remote(index_uri, tables_uri, s3) for s in strategy])
+    return round(time.perf_counter() - start, 3)
+
+
+def _prepare_layout(index_uri: str, tables_uri: str, s3) -> str:
+    from xh.retrieval.shared import ensure_layout
+
+    return str(ensure_layout(index_uri, tables_uri, s3))
 
 
 def evaluate(cfg: XHConfig) -> dict:

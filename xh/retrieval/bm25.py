@@ -71,7 +71,7 @@ import json
 import math
 import posixpath
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -344,15 +344,24 @@ class BM25Shard:
     params: BM25Params
     stats: dict  # CorpusStats.summary() of the corpus the shard belongs to
     doc_start: int
-    doc_ids: np.ndarray  # object array of str, row order
+    doc_ids: np.ndarray | pa.StringArray  # row order: object array of str, or (mapped) an Arrow array
     doc_lengths: np.ndarray  # int32, terms per document
-    terms: list[str]
+    terms: list[str] | pa.StringArray
     term_dfs: np.ndarray  # int64: each term's document frequency in the whole corpus
     weights: sp.csr_array
-    term_rows: dict[str, int] = field(init=False, repr=False)
+    # Given by `xh.retrieval.shared` for a shard mapped from a node's cache: the term lookup and the
+    # frequent terms' arrays, computed once per node instead of once per process.
+    term_rows: Mapping[str, int] | None = field(default=None, repr=False)
+    prepared: dict | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.term_rows = {t: i for i, t in enumerate(self.terms)}
+        if self.term_rows is None:
+            self.term_rows = {t: i for i, t in enumerate(self.terms)}
+        if self.prepared is not None:
+            p = self.prepared
+            self._has_nonpositive = bool(p["has_nonpositive"])
+            self._slot, self._dense, self._dense_max = p["slot"], p["dense"], p["dense_max"]
+            return
         # Some w(t, d) <= 0 only in a degenerate corpus (average idf <= 0); results then keep
         # positive scores only, and frequent-term pruning (whose bound needs w >= 0) is off.
         self._has_nonpositive = bool((self.weights.data <= 0).any())
@@ -380,7 +389,17 @@ class BM25Shard:
     @property
     def frequent_terms(self) -> list[str]:
         """The terms kept as dense rows (see `CorpusStats.frequent_df`)."""
-        return [self.terms[row] for row in np.flatnonzero(self._slot >= 0).tolist()]
+        return [_as_str(self.terms[row]) for row in np.flatnonzero(self._slot >= 0).tolist()]
+
+    def doc_id(self, row: int) -> str:
+        """The doc id of one row."""
+        return _as_str(self.doc_ids[row])
+
+    def doc_ids_at(self, rows: np.ndarray) -> list[str]:
+        """The doc ids of these rows, in their order."""
+        if isinstance(self.doc_ids, pa.Array):
+            return self.doc_ids.take(pa.array(rows, pa.int64())).to_pylist()
+        return self.doc_ids[rows].tolist()
 
     @property
     def doc_stop(self) -> int:
@@ -571,7 +590,7 @@ class BM25Shard:
                 return _empty(NO_POSITIVE_SCORE)
         best = _top_k(scores, local, k)
         local = local[best]
-        return SearchResult(self.doc_ids[local].tolist(), scores[best], local + np.int64(self.doc_start))
+        return SearchResult(self.doc_ids_at(local), scores[best], local + np.int64(self.doc_start))
 
     # -- saving and loading --------------------------------------------------------------------
 
@@ -603,10 +622,10 @@ class BM25Shard:
         fs.create_dir(root, recursive=True)
         blobs = {
             "terms.parquet": _parquet_bytes(
-                pa.table({"term": pa.array(self.terms, pa.string()), "df": pa.array(self.term_dfs, pa.int64())})
+                pa.table({"term": _string_array(self.terms), "df": pa.array(self.term_dfs, pa.int64())})
             ),
             "docs.parquet": _parquet_bytes(
-                pa.table({"doc_id": pa.array(self.doc_ids.tolist(), pa.string()), "length": self.doc_lengths})
+                pa.table({"doc_id": _string_array(self.doc_ids), "length": self.doc_lengths})
             ),
             "indptr.npy": _npy_bytes(self.weights.indptr.astype(np.int64)),
             "doc_index.npy": _npy_bytes(self.weights.indices.astype(np.int32)),
@@ -728,6 +747,14 @@ class _ShardFiles:
                 f"BM25 shard file {self.where(name)} holds {arr.dtype}[{arr.ndim}d], not {np.dtype(dtype)}[1d]"
             )
         return arr
+
+
+def _string_array(values) -> pa.Array:
+    return values if isinstance(values, pa.Array) else pa.array(list(values), pa.string())
+
+
+def _as_str(value) -> str:
+    return value.as_py() if isinstance(value, pa.Scalar) else value
 
 
 def _csr(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:

@@ -34,7 +34,8 @@ the second document of a pair with either document of the chosen pair (`path_exp
 say `paths`). It needs no text, and is the better of the two (docs/results.md).
 
 The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
-paper); the index is read by `xh.retrieval.index.load_index`.
+paper); `Retriever.load` maps the index, linker and link graph from the node's one copy
+(`xh.retrieval.shared`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from xh.config import ConfigError, RetrieveConfig
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
-from xh.retrieval.index import load_index
 from xh.retrieval.paths import (
     PathCandidates,
     PathScorer,
@@ -59,6 +59,7 @@ from xh.retrieval.paths import (
     pair_features,
     path_candidates_batch,
 )
+from xh.retrieval.shared import node_state, string_keys
 from xh.storage import S3Settings, resolve
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
@@ -89,39 +90,49 @@ class Passages:
 
 
 class DocPositions:
-    """Doc id -> (shard, column) over all shards, in about 16 bytes a document (a dict of them took an
-    order of magnitude more: a query actor at millions of documents held more in it than in the BM25
-    weights). Ids are found by
-    their hash (sorted, binary search) and checked against the shard's own id, so a collision costs a
-    few extra comparisons, never a wrong document."""
+    """Doc id -> (shard, column) over all shards, in 16 bytes a document (a dict of them took an order of
+    magnitude more: a query actor at millions of documents held more in it than in the BM25 weights).
+    Ids are found by a 64-bit key (sorted, binary search; the same in every process, so a node computes
+    the arrays once and its processes map them, `xh.retrieval.shared`) and checked against the shard's
+    own id, so two ids sharing a key cost a comparison more, never a wrong document."""
 
-    def __init__(self, shards: Sequence[BM25Shard]):
+    def __init__(self, shards: Sequence[BM25Shard], arrays: dict[str, np.ndarray] | None = None):
         self.shards = shards
-        # str hashes are salted per process: this lookup is built and used in the same one
-        hashes = np.fromiter(
-            (hash(d) for s in shards for d in s.doc_ids), np.int64, sum(len(s.doc_ids) for s in shards)
-        )
-        where = np.concatenate([np.full(len(s.doc_ids), k, np.int32) for k, s in enumerate(shards)] or [[]])
-        cols = np.concatenate([np.arange(len(s.doc_ids), dtype=np.int32) for s in shards] or [[]])
-        order = np.argsort(hashes, kind="stable")
-        self.hashes, self.where, self.cols = hashes[order], where[order].astype(np.int32), cols[order].astype(np.int32)
-
-    def __reduce__(self):  # rebuilt where unpickled: another process salts its hashes differently
-        return DocPositions, (self.shards,)
+        if arrays is None:
+            ids = [_all_ids(s) for s in shards]
+            keys = np.concatenate([string_keys(i) for i in ids] or [np.zeros(0, np.uint64)])
+            where = np.concatenate([np.full(len(i), k, np.int32) for k, i in enumerate(ids)] or [[]])
+            cols = np.concatenate([np.arange(len(i), dtype=np.int32) for i in ids] or [[]])
+            order = np.argsort(keys, kind="stable")
+            arrays = {"keys": keys[order], "where": where[order].astype(np.int32), "cols": cols[order].astype(np.int32)}
+        self.keys, self.where, self.cols = arrays["keys"], arrays["where"], arrays["cols"]
 
     def find(self, doc_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(shard, column) per id; shard -1 for an id in no shard."""
         where, cols = np.full(len(doc_ids), -1, np.int32), np.zeros(len(doc_ids), np.int32)
-        for i, doc_id in enumerate(doc_ids):
-            h = hash(doc_id)
-            k = int(np.searchsorted(self.hashes, h))
-            while k < len(self.hashes) and self.hashes[k] == h:
+        if not len(doc_ids) or not len(self.keys):
+            return where, cols
+        keys = string_keys(doc_ids)
+        starts = np.searchsorted(self.keys, keys).tolist()
+        for i, (doc_id, k) in enumerate(zip(doc_ids, starts)):
+            key = keys[i]
+            while k < len(self.keys) and self.keys[k] == key:
                 shard, col = int(self.where[k]), int(self.cols[k])
-                if self.shards[shard].doc_ids[col] == doc_id:
+                if _id_at(self.shards[shard], col) == doc_id:
                     where[i], cols[i] = shard, col
                     break
                 k += 1
         return where, cols
+
+
+def _all_ids(shard) -> list[str]:
+    ids = shard.doc_ids
+    return ids.to_pylist() if isinstance(ids, pa.Array) else ids.tolist()
+
+
+def _id_at(shard, col: int) -> str:
+    found = shard.doc_ids[col]
+    return found.as_py() if isinstance(found, pa.Scalar) else found
 
 
 class Retriever:
@@ -138,6 +149,7 @@ class Retriever:
         passages: Passages | None = None,
         path_reranker=None,
         path_scorer=None,
+        positions: DocPositions | None = None,
     ):
         if path_reranker is not None and path_scorer is not None:
             raise ConfigError("retrieve.path_reranker and retrieve.path_scorer are alternatives: set one")
@@ -149,24 +161,39 @@ class Retriever:
         self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
-        self._where = DocPositions(shards)  # doc id -> (shard, column), to score given documents for expansion
+        # doc id -> (shard, column), to score given documents for expansion
+        self._where = positions if positions is not None else DocPositions(shards)
 
     @classmethod
-    def load(cls, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3: S3Settings | None = None):
-        from xh.retrieval.rerank import CrossEncoder
+    def load(
+        cls,
+        index_uri: str,
+        tables_uri: str,
+        settings: RetrieveConfig,
+        s3: S3Settings | None = None,
+        cache_dir: str | None = None,
+    ):
+        """The retriever of an index and its tables. The shards, linker, link graph and doc lookup are mapped
+        from the node's layout (`xh.retrieval.shared`, built by the first process that needs it, in
+        `cache_dir` or the node's default): every process of a node shares one copy."""
+        reranker = path_reranker = None
+        if settings.reranker or settings.path_reranker:  # imported only then: it brings torch into the process
+            from xh.retrieval.rerank import CrossEncoder
 
-        reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
-        path_reranker = CrossEncoder.load(settings.path_reranker, s3) if settings.path_reranker else None
+            reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
+            path_reranker = CrossEncoder.load(settings.path_reranker, s3) if settings.path_reranker else None
         passages = Passages.load(tables_uri, s3) if reranker or path_reranker else None
+        state = node_state(index_uri, tables_uri, s3, cache_dir)
         return cls(
-            load_index(index_uri, s3),
-            EntityLinker.load(tables_uri, s3=s3),
-            LinkGraph.load(tables_uri, s3=s3),
+            state.shards,
+            state.linker,
+            state.graph,
             settings,
             reranker,
             passages,
             path_reranker,
             PathScorer.load(settings.path_scorer, s3) if settings.path_scorer else None,
+            positions=DocPositions(state.shards, state.positions),
         )
 
     @property

@@ -116,11 +116,15 @@ class LinkGraph:
         edge_dst: np.ndarray,
         edge_anchor: np.ndarray,
         anchors: pa.Array,
+        offsets: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         # Edges are sorted by source; out-links of doc i are edges out_offsets[i]:out_offsets[i+1].
         self.doc_ids = doc_ids  # index -> doc id, sorted (UTF-8 byte order = str order): found by bisection
         self.edge_src, self.edge_dst, self.edge_anchor = edge_src, edge_dst, edge_anchor
         self.anchors = anchors  # anchor code -> text
+        if offsets is not None:  # (out_offsets, in_edges, in_offsets) computed once per node (xh.retrieval.shared)
+            self.out_offsets, self.in_edges, self.in_offsets = offsets
+            return
         n = len(doc_ids)
         self.out_offsets = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(edge_src, minlength=n), out=self.out_offsets[1:])

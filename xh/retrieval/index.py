@@ -149,10 +149,12 @@ def read_manifest(index_uri: str, s3: S3Settings | None = None) -> dict:
         ) from None
 
 
-def load_index(index_uri: str, s3: S3Settings | None = None) -> list[BM25Shard]:
-    """All shards of an index, checked to be parts of one index (same analyzer and corpus stats)."""
+def load_index(index_uri: str, s3: S3Settings | None = None, only: list[int] | None = None) -> list[BM25Shard]:
+    """All shards of an index (or those numbered in `only`), checked to be parts of one index (same analyzer
+    and corpus stats). Each process holds its own copy: query actors map one per node (`xh.retrieval.shared`)."""
     manifest = read_manifest(index_uri, s3)
-    shards = [BM25Shard.load(join(index_uri, shard["path"]), s3=s3) for shard in manifest["shards"]]
+    entries = [manifest["shards"][k] for k in only] if only is not None else manifest["shards"]
+    shards = [BM25Shard.load(join(index_uri, shard["path"]), s3=s3) for shard in entries]
     for shard in shards:
         shard.analyzer.check_same(manifest["analyzer"]["fingerprint"], what=f"the index manifest of {index_uri}")
     return shards
