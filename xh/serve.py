@@ -386,6 +386,15 @@ def call(url: str, payload: Any = None, timeout_s: float = 120.0) -> tuple[int, 
         raise ServeUnreachable(f"no xh Serve application at {url}: {getattr(e, 'reason', e)}") from None
 
 
+def free_port() -> int:
+    """A loopback port free now (for an app started on this machine: the demo, tests, the benchmark)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def base_url(cfg: XHConfig) -> str:
     host = "127.0.0.1" if cfg.serve.host in ("0.0.0.0", "::") else cfg.serve.host
     return f"http://{host}:{cfg.serve.port}"

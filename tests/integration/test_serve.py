@@ -149,3 +149,19 @@ def test_xh_serve_refuses_a_malformed_model_uri_and_reload_without_an_app_in_one
         )
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), done.stderr
+
+
+def test_the_rayservice_serve_config_is_a_valid_serve_deploy_config():
+    """infra/k8s/rayservice-serve.yaml's serveConfigV2 as Ray Serve reads it (the RayService hands it over as is)."""
+    from pathlib import Path
+
+    import yaml
+    from ray.serve.schema import ServeDeploySchema
+
+    manifest = Path(__file__).resolve().parents[2] / "infra" / "k8s" / "rayservice-serve.yaml"
+    config = ServeDeploySchema.model_validate(
+        yaml.safe_load(yaml.safe_load(manifest.read_text())["spec"]["serveConfigV2"])
+    )
+    (app,) = config.applications
+    assert app.import_path == "xh.serve:app_builder" and app.route_prefix == "/"
+    assert config.http_options.host == "0.0.0.0" and config.http_options.port == 8000

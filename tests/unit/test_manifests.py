@@ -1,6 +1,6 @@
 """infra/ against the real schemas, so that a misspelt or misplaced field fails here and not on a cluster.
 
-- RayCluster, RayJob and RayCronJob documents: the pinned KubeRay CRDs (../shared/kuberay-crds/v1.6.2), each one's
+- RayCluster, RayJob, RayCronJob and RayService documents: the pinned KubeRay CRDs (../shared/kuberay-crds/v1.6.2), each one's
   `spec.versions[v1].schema.openAPIV3Schema` made closed: an object that lists its `properties` and does not
   set `x-kubernetes-preserve-unknown-fields` accepts no other key. (The API server silently prunes an
   unknown field of a custom resource, so `rayStartParms` would be dropped there, not refused.) Their
@@ -40,6 +40,7 @@ CRD_FILES = {
     "RayCluster": "ray.io_rayclusters.yaml",
     "RayJob": "ray.io_rayjobs.yaml",
     "RayCronJob": "ray.io_raycronjobs.yaml",  # alpha, behind the operator's RayCronJob feature gate
+    "RayService": "ray.io_rayservices.yaml",
 }
 K8S_VERSIONS = ("1.32", major_minor(latest_version()))
 
@@ -241,6 +242,27 @@ def test_both_scheduled_scoring_jobs_are_incremental_with_the_cluster_config():
         assert cfg.score.incremental and not cfg.score.replace and cfg.score.input
 
 
+def test_the_rayservice_serves_xh_serve_app_with_a_valid_config_on_a_cluster_like_the_projects():
+    """serveConfigV2 imports `xh serve`'s application builder, whose args (the mounted project config and
+    overrides) give a valid config; its cluster runs the project's image, Ray version, auth and config."""
+    from xh.config import load_config
+
+    service, cluster = _one("RayService"), _one("RayCluster")
+    (app,) = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"]
+    assert app["import_path"] == "xh.serve:app_builder" and app["args"]["config"] == "/etc/xh/cluster.yaml"
+    cfg = load_config(K8S / "xh-config" / "cluster.yaml", app["args"]["set"])
+    assert cfg.serve.model.endswith("@champion") and cfg.serve.host == "0.0.0.0"
+    ours = service["spec"]["rayClusterConfig"]
+    for key in ("rayVersion", "authOptions"):
+        assert ours[key] == cluster["spec"][key]
+    pods = [ours["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in ours["workerGroupSpecs"]]
+    for pod in pods:
+        assert pod["serviceAccountName"] == cluster["spec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"]
+        (container,) = pod["containers"]
+        assert container["image"] == _head(cluster)["image"]
+        assert {"name": "xh-config", "mountPath": "/etc/xh", "readOnly": True} in container["volumeMounts"]
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_what_kubectl_kustomize_renders_passes_the_same_schemas(kuberay_crds):
     rendered = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=60)
@@ -282,6 +304,8 @@ MISSPELT = [
     ("RayJob", lambda d: d["spec"], "entrypoint", "entryPoint"),
     ("RayCronJob", lambda d: d["spec"], "schedule", "schedul"),
     ("RayCronJob", lambda d: d["spec"]["jobTemplate"], "entrypoint", "entryPoint"),
+    ("RayService", lambda d: d["spec"], "serveConfigV2", "serveConfigv2"),
+    ("RayService", lambda d: d["spec"]["rayClusterConfig"]["headGroupSpec"], "rayStartParams", "rayStartParms"),
     ("CronJob", _cron_container, "args", "arg"),
     ("CronJob", lambda d: d["spec"], "concurrencyPolicy", "concurrency"),
 ]
