@@ -17,6 +17,8 @@ generated data. Stages run in order, each reading what the previous one wrote:
     evaluate      the official HotpotQA metrics on the held-out questions (a question without a graph is a miss)
     promote       @challenger against @champion on the held-out graphs; the winner becomes @champion
     score         the held-out questions, as new questions without answers, through batch scoring with @champion
+    served        one held-out question through `xh serve`'s Ray Serve app serving @champion (briefly, in-process,
+                  on a loopback port): its answer, supporting facts and version
 
 The FEVER leg (`python -m workflows.demo --config configs/demo-fever.yaml`, `make demo TASK=fever`;
 `run_fever`): synth -> wiki (FEVER wiki-pages) -> claims split by id into train / dev / test ->
@@ -123,6 +125,7 @@ def run(cfg: XHConfig) -> dict:
         stage("evaluate", lambda: evaluate_held_out(cfg, stages["train"]["model_dir"]))
         stage("promote", lambda: promote_challenger(cfg))
         stage("score", lambda: score_new_questions(cfg))
+        stage("served", lambda: ask_served_champion(cfg))
         mlflow.log_metrics(flatten_numbers(stages))
         mlflow.log_dict(stages, "summary.json")
     return {"mlflow_run_id": run_info.info.run_id, "mlflow_tracking_uri": shown_uri(cfg.mlflow.tracking_uri), **stages}
@@ -212,6 +215,28 @@ def score_new_questions(cfg: XHConfig) -> dict:
     return summary | {"answer_em": round(exact / max(1, len(questions)), 4)}
 
 
+def ask_served_champion(cfg: XHConfig) -> dict:
+    """A held-out question through `xh serve`'s app serving `@champion`, started briefly in-process on a
+    loopback port: the answer, its supporting facts and the version that gave it."""
+    from workflows.serve import serving
+    from xh.serve import call, free_port
+
+    questions, _ = _held_out(cfg)
+    question = questions[0]
+    update = {
+        "model": f"models:/{cfg.train.register_as}@champion",
+        "question_classifier": _classifier_dir(cfg),
+        "host": "127.0.0.1",
+        "port": free_port(),
+    }
+    with serving(cfg.model_copy(update={"serve": cfg.serve.model_copy(update=update)})) as served:
+        status, answer = call(f"{served['url']}/answer", {"id": question["_id"], "question": question["question"]})
+    if status != 200:
+        raise RuntimeError(f"the served champion did not answer ({status}): {answer}")
+    keys = ("id", "question", "answer", "supporting_facts", "model", "version", "error")
+    return {k: answer.get(k) for k in keys if k in answer} | {"gold": question["answer"]}
+
+
 def _offline_backbone(cfg: XHConfig) -> XHConfig:
     """The demo runs offline: the MiniLM hub name becomes the local copy the `offline` extra installs."""
     backbone = resolve_backbone(cfg.model.backbone)
@@ -264,8 +289,18 @@ def summary_table(summary: dict) -> str:
             f"answer EM {scored['answer_em']:.3f}, {scored['questions_per_s']} questions/s",
         ),
         ("predictions", scored["output"]),
-        ("MLflow", mlflow_ui(s["mlflow_tracking_uri"])),
     ]
+    if "served" in s:  # one held-out question through the served champion (Ray Serve, HTTP)
+        served = s["served"]
+        rows.append(
+            (
+                "served",
+                f"{served.get('model')} v{served.get('version')} over HTTP: {served['question']!r} -> "
+                f"{served.get('answer')!r} (gold {served['gold']!r})"
+                + (f", {served['error']}" if "error" in served else ""),
+            )
+        )
+    rows.append(("MLflow", mlflow_ui(s["mlflow_tracking_uri"])))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 

@@ -28,6 +28,15 @@ def _summary(tracking_uri: str) -> dict:
             "questions_per_s": 3.0,
             "output": "runs/demo/predictions",
         },
+        "served": {
+            "id": "q7",
+            "question": "Which magazine was started first?",
+            "answer": "Arthur's Magazine",
+            "supporting_facts": [{"title": "arthur's magazine", "sent": 0}],
+            "model": "xh-hotpot",
+            "version": "2",
+            "gold": "Arthur's Magazine",
+        },
     }
 
 
@@ -53,3 +62,8 @@ def test_the_table_shows_how_to_open_the_configured_store_without_credentials(ur
 
 def test_the_summary_keeps_the_uri_without_user_info():
     assert shown_uri("postgresql://xh:pa55word@db.example:5432/mlflow") == "postgresql://db.example:5432/mlflow"
+
+
+def test_the_table_shows_the_question_the_served_champion_answered():
+    (line,) = [row for row in summary_table(_summary("sqlite:///m.db")).splitlines() if row.startswith("served")]
+    assert "xh-hotpot v2 over HTTP: 'Which magazine was started first?' -> \"Arthur's Magazine\"" in line
