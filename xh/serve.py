@@ -134,6 +134,9 @@ class _Versions:
 
     async def get(self, model: dict):
         key = (model["name"], model["version"])
+        if key in self.loaded:  # requests for a loaded version never wait for another one loading
+            self.loaded.move_to_end(key)
+            return self.loaded[key]
         async with self.lock:
             if key not in self.loaded:
                 self.loaded[key] = await asyncio.to_thread(self.load, model)
