@@ -140,11 +140,11 @@ class _InferenceActor:
             sort_window=max(1, -(-block // batch_graphs)),
         )
         self.provenance = provenance
-        from xh.model.dochopper import CorpusCache, DocHopper
+        from xh.model.variants import architecture
 
-        if isinstance(self.pipeline.model, DocHopper) and corpus_cache:
-            # paragraph embeddings of this version and corpus snapshot, shared by every actor and run
-            self.pipeline.model.corpus_cache = CorpusCache(corpus_cache, s3)
+        if corpus_cache:
+            # DocHopper's paragraph embeddings of this version and corpus snapshot, shared by every actor and run
+            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache, s3)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]

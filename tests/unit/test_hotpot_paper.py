@@ -100,10 +100,10 @@ def test_node_loss_weight_zero_makes_inference_rank_nodes_by_span(backbone, toke
     assert ModelConfig(node_loss_weight=0.0).node_prediction is False
     assert ModelConfig().node_prediction and ModelConfig(task="fever", node_loss_weight=0.0).node_prediction
     seen = []
-    import xh.inference
+    import xh.model.predict
 
-    real = xh.inference.decode
-    monkeypatch.setattr(xh.inference, "decode", lambda *a, **k: seen.append(k) or real(*a, **k))
+    real = xh.model.predict.decode
+    monkeypatch.setattr(xh.model.predict, "decode", lambda *a, **k: seen.append(k) or real(*a, **k))
     model = make_model(backbone, hop_layers=1, node_loss_weight=0.0, sp_mode="chain")
     rows = distractor_rows()
     predict_graphs(model, model.tokenizer, rows, batch_graphs=8)

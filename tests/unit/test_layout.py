@@ -117,6 +117,28 @@ def test_no_upward_import_from_the_graphs_into_the_model():
     assert upward_imports(import_graph()) == {}
 
 
+# The model classes; only xh.model.variants may tell them apart (by the name each carries).
+MODEL_CLASSES = {"XHModel", "DocHopper", "RoutedModel"}
+
+
+def model_class_checks() -> list[str]:
+    """`isinstance(x, <model class>)` outside xh/model/variants.py, as "path:line"."""
+    found = []
+    for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
+        if path == ROOT / "xh" / "model" / "variants.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+                if any(getattr(c, "id", getattr(c, "attr", None)) in MODEL_CLASSES for c in classes):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_only_the_variants_module_tells_the_architectures_apart():
+    assert model_class_checks() == []
+
+
 def test_no_module_imports_itself_back():
     assert cycles(import_graph()) == []
 

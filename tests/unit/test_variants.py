@@ -14,12 +14,12 @@ from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.graph.encode import encode_graph
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.typed import EDGE_TYPES
-from xh.inference import load_model, predict_graphs
+from xh.inference import load_model, predict_graphs, save_routed
 from xh.model import XHModel, collate
 from xh.model.decode import decode
 from xh.model.dochopper import CorpusCache, DocHopper
 from xh.model.gesa import GESAHopStep
-from xh.model.variants import architecture_of, load_saved, new_model, training_batch
+from xh.model.variants import architecture, architecture_of, load_saved, new_model, training_batch
 from xh.registry import model_flavour
 
 RECORDS = [
@@ -196,3 +196,24 @@ def test_the_corpus_cache_encodes_a_paragraph_once_and_persists_per_folder(tiny_
     assert len(model.corpus_cache) == 0
     model.predict_rows(rows)  # as training's dev evaluation calls it: in train mode, cache emptied after
     assert model.training and len(model.corpus_cache) == 0
+
+
+def test_each_architecture_is_found_by_its_name_and_its_saved_folder(tiny_backbone, tmp_path):
+    torch.manual_seed(0)
+    xh = new_model(ModelConfig(backbone=tiny_backbone, hop_layers=1, max_node_tokens=48))
+    hopper = new_model(ModelConfig(backbone=tiny_backbone, architecture="dochopper", max_node_tokens=48))
+    assert (architecture(xh).name, architecture(hopper).name) == ("xh", "dochopper")
+    assert architecture(xh).encodes_graphs and not architecture(hopper).encodes_graphs
+
+    folder = xh.save_pretrained(tmp_path / "xh")
+    routed = load_saved(save_routed(tmp_path / "routed", {"bridge": folder, "comparison": folder}))
+    assert architecture(routed).name == "routed" and sorted(routed.models) == ["bridge", "comparison"]
+    assert architecture_of(routed) == "xh" and model_flavour(routed) == {"architecture": "xh", "hop_variant": "paper"}
+    with pytest.raises(ValueError, match="train each question type"):
+        training_batch(routed, graph_rows("hyperlink"), xh.tokenizer, 48)
+
+    # batch scoring hands every model its shared cache folder: DocHopper uses it, XH has nothing to cache
+    architecture(hopper).use_corpus_cache(hopper, str(tmp_path / "cache"))
+    assert hopper.corpus_cache.folder == str(tmp_path / "cache")
+    architecture(xh).use_corpus_cache(xh, str(tmp_path / "cache"))
+    assert not hasattr(xh, "corpus_cache")

@@ -72,6 +72,8 @@ class XHOutput:
 
 
 class XHModel(nn.Module):
+    architecture = "xh"  # xh.model.variants
+
     def __init__(self, cfg: ModelConfig, backbone: nn.Module, tokenizer=None):
         super().__init__()
         self.cfg = cfg

@@ -37,8 +37,8 @@ from xh.inference import (
     hotpot_prediction_file,
     predict_graphs,
 )
-from xh.model import GraphBatch, XHModel, load_tokenizer
-from xh.model.variants import architecture_of, load_saved, new_model, training_batch
+from xh.model import XHModel, load_tokenizer
+from xh.model.variants import architecture, load_saved, new_model
 from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
 from xh.train.prefetch import Prefetcher
@@ -282,7 +282,7 @@ def train_loop_per_worker(config: dict) -> None:
     window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
     started, first_step = window_start, progress.step  # a resumed run's ETA counts only its own steps
     done = progress.step >= plan.total_steps
-    layout = BatchLayout.of(cfg)
+    layout, arch = BatchLayout.of(cfg), architecture(model)
     encoder = GraphEncoder(tokenizer, cfg.model.max_node_tokens, train.encode_processes)
     while not done and progress.epoch < train.epochs:
         batches = train_shard.iter_batches(
@@ -293,17 +293,17 @@ def train_loop_per_worker(config: dict) -> None:
             local_shuffle_seed=train.seed + progress.epoch,
         )
         # Encoded and batched ahead, in a background thread; resuming skips what the checkpoint trained on.
-        if architecture_of(model) == "dochopper":  # its own batches (paragraphs without the question): no packing
-            tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
-            made = (training_batch(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
-        else:
+        if arch.encodes_graphs:
             # tables, not dicts: the encoder's processes convert them, off this process's busy thread
             made = layout.batches(batches, encoder, progress.batches_in_epoch, plan.batches_per_epoch)
+        else:  # its own batches (DocHopper: paragraphs without the question): no packing
+            tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
+            made = (arch.collate(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
         epoch_start, epoch_stats = time.perf_counter(), BatchStats()
         prefetched = Prefetcher(made, depth=2, pin_memory=device.type == "cuda")
         stream = in_lockstep(prefetched, device) if layout.packed else prefetched
         for index, batch in enumerate(stream, start=progress.batches_in_epoch):
-            if isinstance(batch, GraphBatch):
+            if arch.encodes_graphs:
                 epoch_stats.add(batch)  # on the host: no wait for the device
             batch = batch.to(device, non_blocking=True)
             with autocast(device, train.bf16):

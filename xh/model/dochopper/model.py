@@ -34,6 +34,8 @@ class DocHopperOutput:
 
 
 class DocHopper(nn.Module):
+    architecture = "dochopper"  # xh.model.variants
+
     def __init__(self, cfg: DocHopperConfig, backbone: nn.Module, tokenizer=None):
         super().__init__()
         self.cfg = cfg
