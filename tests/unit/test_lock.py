@@ -67,11 +67,13 @@ def test_the_lock_pins_every_dependency_and_extra_of_pyproject_exactly_with_hash
 
 
 def test_the_extras_of_locked_requirements_are_locked_too():
-    """`ray[data,train,serve,default]` needs what those extras of the locked ray name (read from ray's own
-    metadata where the installed ray is the locked one, as in CI)."""
+    """`ray[data,train,serve,default]` needs what those extras of the locked ray name (read from the package's
+    own metadata where the installed version is the locked one, as in CI); `moto[server]` likewise."""
     lock = _lock()
     checked = 0
-    for req in (Requirement(r) for r in _project()["dependencies"]):
+    project = _project()
+    declared = project["dependencies"] + [r for extra in project["optional-dependencies"].values() for r in extra]
+    for req in (Requirement(r) for r in declared):
         name = canonicalize_name(req.name)
         if not req.extras or name == "torch":
             continue
