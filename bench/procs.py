@@ -113,8 +113,10 @@ class ProcessSampler:
             if first:
                 self._start_cpu[pid] = used
             self._last_cpu[pid] = max(self._last_cpu.get(pid, 0.0), used)
-            if name != "ray worker (starting)" or pid not in self._kind:
-                self._kind[pid] = name  # a worker's title changes once it runs a task: the last one counts
+            # a worker's title changes once it runs a task: the last one counts; a process that is ending
+            # shows no command line ("?"), and keeps the kind it had
+            if name not in ("ray worker (starting)", "ray system: ?") or pid not in self._kind:
+                self._kind[pid] = name
         total = {"rss": 0, "pss": 0}
         by_kind: dict[str, dict[str, int]] = {}
         for pid, name in processes.items():

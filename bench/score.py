@@ -189,9 +189,12 @@ def main() -> None:
             return seconds, summary | {"cpu_seconds": sampled.cpu_seconds()}
 
         fixed_s, _ = scoring("incoming-fixed")
+        load_before = os.getloadavg()[0]
         project_s, summary = scoring("incoming")
+        load_between = os.getloadavg()[0]
         ray.shutdown()
         load_s, loop_s = single_process(base, questions, model_dir, threads=args.num_cpus)
+        load_after = os.getloadavg()[0]
 
     seconds, n = summary["seconds"], len(questions)
     qps, qps_single = summary["predictions"] / project_s, n / (load_s + loop_s)
@@ -223,6 +226,9 @@ def main() -> None:
                 "cpu_seconds": summary["cpu_seconds"],
                 "backbone": Path(backbone).name,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+                # the 1-minute load average before the project's run, between the two sides and after the
+                # loop: other work on the machine slows both, not necessarily alike
+                "load_average": [round(x, 1) for x in (load_before, load_between, load_after)],
             }
         )
     )
