@@ -83,7 +83,9 @@ def descendants(root: int) -> dict[int, str]:
 def kind(title: str) -> str:
     """A Ray worker by what it runs ("ray::MapWorker(...)", "ray::IDLE" ...); Ray's own processes as one."""
     if title.startswith("ray::"):
-        return title.split()[0]
+        name = title.split()[0]
+        # an actor running a method is "ray::Class(...).method": one kind with the idle "ray::Class(...)"
+        return name[: name.rindex(")") + 1] if ")" in name else name
     if "default_worker.py" in title:
         return "ray worker (starting)"
     # Ray's own processes: gcs_server, raylet, and Python ones named by their script (log_monitor.py ...)

@@ -9,14 +9,25 @@ whole in memory) goes through the stages' own drivers on one local Ray cluster o
     synth     workflows.synth.run      the world: wiki dump shards + Q questions
     wiki      workflows.wiki.run       dump -> docs / links / redirects / anchors / quarantine
     index     retrieve.build_index     docs -> the sharded BM25 index (`--shards`)
-    retrieve  retrieve.run_candidates  Q questions -> candidates (BM25, entity links, expansion)
+    layout    retrieve.prepare_layouts the node's one copy of the retrieval state (xh.retrieval.shared)
+    fanout    (with --shard-budget-gib) BM25 top-k of the Q questions through shard actors grouped under
+              the budget, merged, against one process over every shard: `identical`
+    retrieve_1actor                    the retrieval below with one query actor (N <= --one-actor-max)
+    retrieve  retrieve.run_candidates  Q questions -> candidates (BM25, entity links, expansion, the
+                                       path scorer when `--set retrieve.path_scorer=...`), 2 query actors
     graphs    graphs.build             candidates -> one evidence graph per question
     score     score.run                `--score-questions` new questions -> retrieval, graphs, the XH model
                                        (an untrained MiniLM XH, registered first: speed does not depend
                                        on the weights) -> predictions
 
 Per stage and N: seconds; items (docs or questions) per second per core; peak RSS of the driver and of
-the largest Ray worker, sampled with /proc every 0.2 s while the stage runs; bytes the stage wrote.
+the largest Ray worker, sampled with /proc every 0.2 s while the stage runs; bytes the stage wrote; the
+load average when it ended. Memory shared between processes (the retrieval layout every query actor
+maps, Ray's object store) is resident in each that maps it, so per process kind it also reports the
+largest process's PSS and anonymous memory (`/proc/PID/smaps_rollup`: PSS divides a shared page among
+its processes, anonymous memory is the process's own heap), and for the node the peak of the sum of
+every Ray worker's PSS (each shared page counted once) beside the sum of their RSS. The query actor's
+own memory is its anonymous memory.
 Across N: each stage's growth exponent (slope of log seconds against log N, least squares; 1.0 is
 linear) and of its largest worker's peak RSS. The index: bytes per shard on disk and in memory, per
 document, and the shards 5.23M documents (HotpotQA's Wikipedia) need for a shard to stay under
@@ -137,8 +148,20 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             )
             register_model(base, work, backbone)
 
-        one_actor = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"workers": 1})})
-        two_actors = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"workers": 2})})
+        scorer = str(work / "models" / "path-scorer")
+        train_file = work / "paths-questions.json"
+        training = cfg.retrieve.model_copy(update={"questions": str(train_file), "path_scorer_output": scorer})
+
+        def fit_paths():
+            """A path scorer trained on the first `--path-questions` questions, as `xh retrieve paths` trains it."""
+            train_file.write_text(json.dumps(json.loads(questions_file.read_text())[: args.path_questions]))
+            return retrieve.fit_paths(cfg.model_copy(update={"retrieve": training}))
+
+        def retrieval(workers: int):
+            update = {"workers": workers, "path_scorer": scorer if args.path_questions else None}
+            return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})
+
+        one_actor, two_actors = retrieval(1), retrieval(2)
         index_uri, tables_uri = str(work / "index" / "bm25"), str(work / "tables")
         stages = [
             ("synth", lambda: synth.run(cfg), num_docs, ["world"]),
@@ -147,6 +170,8 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
             # the node's one copy of the retrieval state, laid out once (the query actors map it)
             ("layout", lambda: retrieve.prepare_layouts(index_uri, tables_uri, None), num_docs, ["node-cache"]),
         ]
+        if args.path_questions:
+            stages.append(("paths", fit_paths, args.path_questions, ["models"]))
         if num_docs <= args.one_actor_max:  # the same retrieval with one query actor, to compare memory
             stages.append(("retrieve_1actor", lambda: retrieve.run_candidates(one_actor), args.questions, []))
         stages += [
@@ -156,10 +181,13 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
         ]
         if args.shard_budget_gib_set:
             stages.insert(4, ("fanout", lambda: fanout_check(args, cfg, work), args.questions, []))
+        if args.stages:
+            stages = [st for st in stages if st[0] in args.stages or st[0] in ("synth", "wiki", "index", "layout")]
         out: dict = {"docs": num_docs, "questions": args.questions, "stages": {}}
         for name, fn, items, folders in stages:
             if name == "score":
                 score_input()
+            print(f"[scale] N={num_docs:,} {name}: started {time.strftime('%H:%M:%S UTC', time.gmtime())}", flush=True)
             before = folder_bytes(*(work / f for f in folders))
             with ProcessSampler() as rss:
                 start = time.perf_counter()
@@ -259,11 +287,18 @@ def main() -> None:
         "top-k merged and compared with one retriever over all shards); default 2 for the shard estimate only",
     )
     parser.add_argument(
+        "--path-questions",
+        type=int,
+        default=1000,
+        help="questions a path scorer is trained on before retrieval, which then uses it (0: none)",
+    )
+    parser.add_argument(
         "--one-actor-max", type=int, default=1_000_000, help="up to this N, retrieval also runs with one query actor"
     )
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--work", default=None, help="folder for the worlds (default: the system's temporary one)")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides, a.b=c (repeatable)")
+    parser.add_argument("--stages", nargs="+", default=None, help="only these stages after synth, wiki, index, layout")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # one size, in this process
     args = parser.parse_args()
     args.shard_budget_gib_set = args.shard_budget_gib is not None
@@ -278,11 +313,17 @@ def main() -> None:
     for n in sorted(args.docs):
         # one process per size: a driver's peak RSS is its own, not left over from a smaller size
         argv = without_docs(sys.argv[1:])
-        done = subprocess.run(
+        # its lines are passed on as they come: a size stopped part-way still shows the stages it finished
+        child = subprocess.Popen(
             [sys.executable, __file__, "--one", "--docs", str(n), *argv], stdout=subprocess.PIPE, text=True
         )
-        lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-        print("\n".join(line for line in done.stdout.splitlines() if not line.startswith(RESULT)), flush=True)
+        lines = []
+        for line in child.stdout:
+            if line.startswith(RESULT):
+                lines.append(line)
+            else:
+                print(line, end="", flush=True)
+        done = subprocess.CompletedProcess(child.args, child.wait())
         if done.returncode or not lines:
             failed = {"docs": n, "exit": done.returncode}  # the sizes before it are summarised below
             print(f"size {n}: the run failed (exit {done.returncode})", file=sys.stderr, flush=True)
@@ -315,13 +356,21 @@ def main() -> None:
             "workers_total_rss_mib": [
                 r["stages"][s]["workers_total_peak_mib"]["rss"] for s in ("retrieve_1actor", "retrieve")
             ],
+            "query_actors_sum_pss_mib": [
+                r["stages"][s]["query_actor"]["sum_pss"] for s in ("retrieve_1actor", "retrieve")
+            ],
+            "query_actors_sum_rss_mib": [
+                r["stages"][s]["query_actor"]["sum_rss"] for s in ("retrieve_1actor", "retrieve")
+            ],
         }
         for r in results
-        if "retrieve_1actor" in r["stages"]
+        if "retrieve_1actor" in r["stages"] and "retrieve" in r["stages"]
     }
     for figures in one_vs_two.values():
         one, two = figures["workers_total_pss_mib"]
         figures["two_over_one_pss"] = round(two / one, 3)
+        one, two = figures["query_actors_sum_pss_mib"]
+        figures["query_actors_two_over_one_pss"] = round(two / one, 3)
     print(markdown(results), flush=True)
     print(
         json.dumps(

@@ -1,6 +1,7 @@
 """Retrieval state once per node (`xh.retrieval.shared`): a query actor maps the node's one layout of the
 index, linker, link graph and doc lookup instead of holding its own copy, and retrieves exactly what a
-retriever holding its own copy of everything retrieves (on generated data and on the real sample)."""
+retriever holding its own copy of everything retrieves (on generated data and on the real sample). The
+fan-out (`xh.retrieval.fanout`): shard groups score apart and their top-k merge into the same results."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ from xh.config import RetrieveConfig
 from xh.retrieval import shared
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import CorpusStats, search_shards
-from xh.retrieval.candidates import Retriever
+from xh.retrieval.candidates import DocPositions, Retriever
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
+from xh.retrieval.fanout import FanoutShards, ShardGroup, same_results, shard_groups
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.retrieval.paths import PathScorer
 from xh.wiki import process
@@ -231,3 +233,54 @@ def test_the_mapped_retriever_on_the_real_sample(shared_data, tmp_path):
     assert [r.doc_ids for r in search_shards(loaded.shards, questions, k=100)] == [
         r.doc_ids for r in search_shards(whole, [analyzer.analyze(q) for q in questions], k=100)
     ]
+
+
+# --- the fan-out layout: shard groups scored apart, their top-k merged ------------------------------------
+
+
+def fanned(index: Path, tables: Path, settings: RetrieveConfig, groups: list[list[int]], cache: Path) -> Retriever:
+    """A retriever whose BM25 and term weights come from shard groups (in this process: the merge is the
+    point here; tests/integration/test_retrieval_fanout.py runs them as Ray actors)."""
+    state = shared.node_state(str(index), str(tables), cache_dir=cache)
+    searcher = FanoutShards([ShardGroup(str(index), str(tables), g, cache_dir=cache) for g in groups], groups)
+    positions = DocPositions(state.shards, state.positions)
+    return Retriever(state.shards, state.linker, state.graph, settings, positions=positions, searcher=searcher)
+
+
+def test_shard_groups_fit_the_budget_and_refuse_a_shard_larger_than_it():
+    assert shard_groups([3, 3, 3, 5], budget_bytes=6) == [[0, 1], [2], [3]]
+    assert shard_groups([3, 3, 3], budget_bytes=100) == [[0, 1, 2]]
+    with pytest.raises(ValueError, match="shard 1 maps .* more than the budget"):
+        shard_groups([3, 7], budget_bytes=6)
+
+
+@pytest.mark.parametrize("groups", [[[0], [1], [2]], [[0, 1], [2]]])
+def test_the_fanout_gives_the_candidates_of_one_retriever_holding_every_shard(world, tmp_path, groups):
+    root, records = world
+    questions, qids = [r["question"] for r in records], [r["_id"] for r in records]
+    settings = RetrieveConfig(ir_candidates=50)
+    one = copied(root / "index", root / "tables", settings)
+    docs = pq.read_table(root / "tables" / "docs", columns=["doc_id", "title"]).to_pylist()
+    by_title = {d["title"]: d["doc_id"] for d in docs}
+    gold = [{by_title.get(t, "?") for t, _ in r["supporting_facts"]} for r in records]
+    one.path_scorer = fitted_scorer(one, questions, gold)
+    fan = fanned(root / "index", root / "tables", settings, groups, tmp_path)
+    fan.path_scorer = one.path_scorer
+    analyzed = [Analyzer().analyze(q) for q in questions]
+    assert same_results(fan.searcher.search(analyzed, 50), search_shards(one.shards, analyzed, 50))
+    expected = one.candidates(qids, questions)
+    assert {r["ranker"] for r in expected if r["source"] == "ir"} >= {"paths"}
+    assert fan.candidates(qids, questions) == expected
+
+
+def test_the_fanout_on_the_real_sample(shared_data, tmp_path):
+    tables, index = tmp_path / "tables", tmp_path / "index"
+    records = write_sample_tables(shared_data, tables)
+    build_index(tables, index, shards=4)
+    questions, qids = [r["question"] for r in records], [r["_id"] for r in records]
+    settings = RetrieveConfig(ir_candidates=100)
+    one = copied(index, tables, settings)
+    fan = fanned(index, tables, settings, [[0, 1], [2], [3]], tmp_path / "cache")
+    analyzed = [Analyzer().analyze(q) for q in questions]
+    assert same_results(fan.searcher.search(analyzed, 100), search_shards(one.shards, analyzed, 100))
+    assert fan.candidates(qids, questions) == one.candidates(qids, questions)

@@ -135,6 +135,23 @@ def _id_at(shard, col: int) -> str:
     return found.as_py() if isinstance(found, pa.Scalar) else found
 
 
+def shard_term_entries(shard: BM25Shard, terms: list[list[str]], cols: np.ndarray, doc_query: np.ndarray) -> tuple:
+    """The weights of each query's terms in its own documents of one shard, as arrays (query, the term's index
+    in the query, the document's index in `cols`, weight): `cols` are shard columns, `doc_query` the query
+    each belongs to. Only stored weights come back (a term absent from a document has none)."""
+    rows_of = shard.term_rows
+    known = [(q, i, rows_of[t]) for q, query in enumerate(terms) for i, t in enumerate(query) if t in rows_of]
+    if not len(cols) or not known:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, np.zeros(0, np.float64)
+    term_query, term_index, rows = (np.array(column, np.int64) for column in zip(*known))
+    sub = shard.weights[rows][:, cols].tocoo()
+    # the slice crosses every query's terms with every query's documents: keep each query's own
+    mine = term_query[sub.row] == doc_query[sub.col]
+    r = sub.row[mine]
+    return term_query[r], term_index[r], sub.col[mine].astype(np.int64), sub.data[mine]
+
+
 class Retriever:
     """What one query actor holds, loaded once: the BM25 shards, the entity linker, the link graph,
     and, when `settings.reranker` names one, the re-ranker with the docs' texts."""
@@ -150,6 +167,7 @@ class Retriever:
         path_reranker=None,
         path_scorer=None,
         positions: DocPositions | None = None,
+        searcher=None,
     ):
         if path_reranker is not None and path_scorer is not None:
             raise ConfigError("retrieve.path_reranker and retrieve.path_scorer are alternatives: set one")
@@ -161,6 +179,9 @@ class Retriever:
         self.linker.per_surface = settings.el_rerank_candidates if reranker is not None else settings.el_per_surface
         self.linker.max_ngram = settings.el_max_ngram
         self.linker.min_commonness = settings.el_min_commonness
+        # BM25 on the shards' own actors (`xh.retrieval.fanout.FanoutShards`): `shards` then give the analyzer
+        # and their count only, the actors score them and look their weights up
+        self.searcher = searcher
         # doc id -> (shard, column), to score given documents for expansion
         self._where = positions if positions is not None else DocPositions(shards)
 
@@ -208,6 +229,8 @@ class Retriever:
 
     def term_weights(self, terms: list[str], doc_ids: list[str]) -> np.ndarray:
         """(terms, docs): each query term's BM25 weight in each document, 0 where absent or not indexed."""
+        if self.searcher is not None:
+            return self._term_weights_block([terms], [doc_ids])[0]
         weights = np.zeros((len(terms), len(doc_ids)), dtype=np.float64)
         where, cols = self._where.find(doc_ids)
         for s, shard in enumerate(self.shards):
@@ -240,23 +263,14 @@ class Retriever:
         where, cols = self._where.find([d for ids in doc_ids for d in ids])
         doc_query = np.repeat(np.arange(len(sizes)), widths)
         doc_col = np.arange(len(where)) - np.repeat(np.cumsum(widths) - widths, widths)
-        for s, shard in enumerate(self.shards):
-            at = np.flatnonzero(where == s)
-            known = [
-                (q, i, shard.term_rows[t])
-                for q, query in enumerate(terms)
-                for i, t in enumerate(query)
-                if t in shard.term_rows
-            ]
-            if not len(at) or not known:
-                continue
-            term_query, term_row, rows = (np.array(column, np.int64) for column in zip(*known))
-            sub = shard.weights[rows][:, cols[at]].tocoo()
-            # the slice crosses every query's terms with every query's documents: keep each query's own
-            mine = term_query[sub.row] == doc_query[at][sub.col]
-            r, c = sub.row[mine], sub.col[mine]
-            q = term_query[r]
-            flat[starts[q] + term_row[r] * widths[q] + doc_col[at][c]] = sub.data[mine]
+        ats = [np.flatnonzero(where == s) for s in range(len(self.shards))]
+        requests = [(s, cols[at], doc_query[at]) for s, at in enumerate(ats) if len(at)]
+        if self.searcher is not None:  # the shards' own actors look their weights up
+            found = self.searcher.term_entries(terms, requests)
+        else:
+            found = [shard_term_entries(self.shards[s], terms, c, dq) for s, c, dq in requests]
+        for (s, _, _), (q, i, c, values) in zip(requests, found):
+            flat[starts[q] + i * widths[q] + doc_col[ats[s]][c]] = values
         return [flat[starts[q] : starts[q + 1]].reshape(t, d) for q, (t, d) in enumerate(sizes)]
 
     def path_candidates(self, terms: list[str], ir_ids: list[str], named: set[str]) -> PathCandidates:
@@ -286,7 +300,9 @@ class Retriever:
         analyzed = [self.shards[0].analyzer.analyze(q) for q in questions]
         return (
             analyzed,
-            search_shards(self.shards, analyzed, k=self.settings.ir_candidates),
+            self.searcher.search(analyzed, k=self.settings.ir_candidates)
+            if self.searcher is not None
+            else search_shards(self.shards, analyzed, k=self.settings.ir_candidates),
             self.linker.link_batch(questions),
         )
 

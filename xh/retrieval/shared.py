@@ -173,7 +173,7 @@ def _write_shard(folder: Path, shard: BM25Shard, local_files: dict[str, str] | N
     if local_files is None:
         _save(folder, "weights", w.data.astype(np.float64))
         _save(folder, "doc_index", w.indices.astype(np.int32))
-        local_files = {"weights": str(folder / "weights.npy"), "doc_index": str(folder / "doc_index.npy")}
+        local_files = {"weights": "weights.npy", "doc_index": "doc_index.npy"}  # in the layout: relative
     _save(folder, "indptr", w.indptr.astype(dtype))
     _save_strings(folder, "doc_ids", shard.doc_ids.tolist())
     _save(folder, "doc_lengths", shard.doc_lengths.astype(np.int32))
@@ -296,7 +296,7 @@ def _map_strings(path: Path) -> pa.Array:
 
 
 def _map_shard(folder: Path, meta: dict) -> BM25Shard:
-    data, indices = _map(meta["files"]["weights"]), _map(meta["files"]["doc_index"])
+    data, indices = (_map(folder / meta["files"][name]) for name in ("weights", "doc_index"))  # absolute stays
     indptr = _map(folder / "indptr.npy")
     shape = tuple(meta["shape"])
     if indices.dtype != indptr.dtype:  # beyond 2^31 postings: 64-bit indices, a copy (scipy needs one dtype)

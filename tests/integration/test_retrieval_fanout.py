@@ -1,0 +1,82 @@
+"""Retrieval's shared state and fan-out on the Ray cluster: an s3:// index laid out once per node, shard groups
+served by Ray actors on both nodes, and their merged top-k and candidates identical to one retriever holding
+every shard."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from xh import synth
+from xh.config import RetrieveConfig
+from xh.retrieval import shared
+from xh.retrieval.analyzer import Analyzer
+from xh.retrieval.bm25 import search_shards
+from xh.retrieval.candidates import DocPositions, Retriever
+from xh.retrieval.entity_linking import EntityLinker
+from xh.retrieval.expansion import LinkGraph
+from xh.retrieval.fanout import FanoutShards, same_results
+from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
+from xh.storage import upload_folder
+from xh.wiki import process
+
+
+@pytest.fixture(scope="module")
+def s3_world(tmp_path_factory, s3_endpoint):
+    """A generated world's tables on S3 and a 3-shard index built there; the questions."""
+    from xh.retrieval.bm25 import CorpusStats
+
+    root = tmp_path_factory.mktemp("fanout")
+    synth.write_world(
+        synth.WorldSpec(num_docs=900, seed=3), synth.output_under(str(root / "world")), num_questions=60, num_claims=0
+    )
+    process.process_in_process(
+        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=2
+    )
+    prefix = f"s3://xh-test/fanout-{uuid.uuid4().hex[:8]}"
+    tables, index = f"{prefix}/tables", f"{prefix}/index"
+    upload_folder(root / "tables", tables, s3_endpoint)
+    ranges = doc_ranges(f"{tables}/docs", 3, s3_endpoint)
+    stats = CorpusStats.merge(range_stats(r, True, s3_endpoint) for r in ranges)
+    entries = [build_shard(r, stats, index, True, s3_endpoint) for r in ranges]
+    write_manifest(index, stats, entries, tables, True, s3_endpoint)
+    questions = [q["question"] for q in json.loads((root / "world" / "hotpot" / "questions.json").read_text())]
+    return index, tables, questions
+
+
+def test_shard_actors_on_both_nodes_give_the_results_of_one_retriever_over_every_shard(
+    ray_cluster, s3_endpoint, s3_world, tmp_path
+):
+    index, tables, questions = s3_world
+    s3, cache = s3_endpoint, tmp_path / "cache"
+    settings = RetrieveConfig(ir_candidates=40)
+    one = Retriever(load_index(index, s3), EntityLinker.load(tables, s3=s3), LinkGraph.load(tables, s3=s3), settings)
+
+    # an s3:// index: its arrays are fetched into the layout once, and every process maps them from there
+    state = shared.node_state(index, tables, s3, cache_dir=cache)
+    layout = json.loads((state.folder / shared.READY).read_text())
+    assert all(meta["files"] == {"weights": "weights.npy", "doc_index": "doc_index.npy"} for meta in layout["shards"])
+
+    searcher = FanoutShards.start(index, tables, [[0], [1, 2]], s3, cache_dir=str(cache))
+    try:
+        fan = Retriever(
+            state.shards,
+            state.linker,
+            state.graph,
+            settings,
+            positions=DocPositions(state.shards, state.positions),
+            searcher=searcher,
+        )
+        analyzed = [Analyzer().analyze(q) for q in questions]
+        assert same_results(searcher.search(analyzed, 40), search_shards(one.shards, analyzed, 40))
+        qids = [str(i) for i in range(len(questions))]
+        expected = one.candidates(qids, questions)
+        assert {r["source"] for r in expected} == {"ir", "el", "exp"}
+        assert fan.candidates(qids, questions) == expected
+    finally:
+        import ray
+
+        for actor in searcher.groups:
+            ray.kill(actor)
