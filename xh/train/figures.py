@@ -3,7 +3,9 @@
     with HopAttentionRecorder(model) as recorder:
         predictions = predict_graphs(model, tokenizer, rows, collect_attention=batches)
     summary = recorder.summary(batches)          # per hop layer and group: mean scaled weight, edge count
-    log_attention_figures(recorder, batches, mlflow)
+    record = attention_record(recorder.weights(batches))   # JSON: per layer and group, a histogram
+    fig = plot_hop_attention(record)             # what log_attention_figures logs, and bench/hop_attention.py draws
+    log_attention_figures(recorder, batches, mlflow)        # hop_attention.png, hop_attention.json, summary
 
 For every hop layer, the weights of three groups of edges between distinct nodes, as the paper's Fig. 2:
 `all` (All -> All), `all_to_answer` (All -> Ans: edges into the gold answer node) and
@@ -121,27 +123,77 @@ def log_training_curves(mlflow, run_id: str, names=("loss", "lr", "dev_f1", "gra
     plt.close(fig)
 
 
-def log_attention_figures(recorder: HopAttentionRecorder, batches: list, mlflow) -> None:
-    """One image, a histogram per hop layer of the three groups, logged to the active run as
-    `hop_attention.png`; the edges into single-in-edge nodes are only counted (their weight is 1)."""
+def attention_record(weights: dict[int, dict[str, np.ndarray]], bins: int = 20) -> dict:
+    """The figure's data as JSON: per hop layer and group, its edge count, mean and the share of its
+    edges in each bin of scaled weight. The bins, shared by every panel, reach the 99th percentile
+    (rounded up so that 1, a uniform share, is a bin edge); weights above it count in the last bin.
+    The single-in-edge edges are only counted (their weight is 1)."""
+    shown = [v for e in weights.values() for k, v in e.items() if len(v) and k != "single_in_edge"]
+    top = float(np.quantile(np.concatenate(shown), 0.99)) if shown else 1.0
+    upper = next(b for b in (2, 4, 5, 10, 20, 50, 100, 200, 500, 1000, float("inf")) if b >= top)
+    upper = upper if upper != float("inf") else float(np.ceil(top))
+    edges = np.linspace(0, upper, bins + 1)
+    layers = []
+    for layer, e in sorted(weights.items()):
+        groups = {}
+        for group in GROUPS[:3]:
+            values = e[group]
+            counts = np.histogram(np.clip(values, 0, upper), bins=edges)[0]
+            groups[group] = {
+                "edges": int(len(values)),
+                "mean": float(values.mean()) if len(values) else None,
+                "share": (counts / max(len(values), 1)).round(6).tolist(),
+                "above": int((values > upper).sum()),
+            }
+        layers.append({"layer": layer + 1, "groups": groups, "single_in_edge": int(len(e["single_in_edge"]))})
+    return {"bins": edges.round(6).tolist(), "layers": layers}
+
+
+COLOURS = {"all": "#4c72b0", "all_to_answer": "#dd8452", "supporting_to_answer": "#55a868"}
+
+
+def plot_hop_attention(record: dict, title: str = "Hop attention per edge, by hop layer"):
+    """One panel per hop layer: for each group of edges, the share of its edges per bin of scaled weight,
+    drawn as an outline (groups overlap without blending), its mean as a marker on the axis, and a
+    dashed line at 1, where an edge gets a uniform share of its graph (triangles: each group's mean)."""
     plt = _pyplot()
+    bins = np.array(record["bins"])
+    layers = record["layers"]
+    fig, axes = plt.subplots(1, len(layers), figsize=(4.6 * len(layers), 4.0), sharey=True, squeeze=False)
+    for ax, entry in zip(axes[0], layers):
+        for group, data in entry["groups"].items():
+            if not data["edges"]:
+                continue
+            label = f"{LABELS[group]}: {data['edges']} edges, mean {data['mean']:.2f}"
+            ax.stairs(data["share"], bins, color=COLOURS[group], linewidth=2.0, label=label)
+            mean = min(data["mean"], bins[-1])  # a mean beyond the last bin sits at its edge
+            ax.plot([mean], [0], marker="^", markersize=9, color=COLOURS[group], clip_on=False, zorder=3)
+        ax.axvline(1.0, color="black", linestyle="--", linewidth=1.2, label="uniform share (1)")
+        ax.set_title(f"Hop layer {entry['layer']}", fontsize=12)
+        ax.set_xlabel("attention weight × nodes in the graph", fontsize=10)
+        ax.set_xlim(bins[0], bins[-1])
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper right", frameon=True)
+        above = sum(data.get("above", 0) for data in entry["groups"].values())
+        notes = [f"last bin: also the {above} edges above {bins[-1]:g}"] if above else []
+        if entry["single_in_edge"]:
+            notes.append(f"not shown: {entry['single_in_edge']} edges into single-in-edge nodes (weight 1)")
+        ax.text(0.0, -0.2, "\n".join(notes), transform=ax.transAxes, fontsize=8, color="dimgray", va="top")
+    axes[0][0].set_ylabel("share of the group's edges", fontsize=10)
+    fig.suptitle(title, fontsize=13)
+    fig.tight_layout()
+    return fig
+
+
+def log_attention_figures(recorder: HopAttentionRecorder, batches: list, mlflow) -> None:
+    """The hop-attention figure (`plot_hop_attention`) of the active run as `hop_attention.png`, its data
+    as `hop_attention.json` (`attention_record`), and the summary metrics."""
     weights = recorder.weights(batches)
     if not weights:
         return
-    fig, axes = plt.subplots(1, len(weights), figsize=(4 * len(weights), 3.2), squeeze=False)
-    top = max(
-        (float(v.max()) for e in weights.values() for k, v in e.items() if len(v) and k != "single_in_edge"),
-        default=1.0,
-    )
-    bins = np.linspace(0, max(top, 1.0), 21)
-    for ax, (layer, e) in zip(axes[0], sorted(weights.items())):
-        for group in GROUPS[:3]:
-            if len(e[group]):
-                ax.hist(e[group], bins=bins, density=True, alpha=0.5, label=f"{LABELS[group]} ({len(e[group])})")
-        ax.set_title(f"hop layer {layer + 1}  (+{len(e['single_in_edge'])} single in-edge edges, weight 1)", fontsize=8)
-        ax.set_xlabel("attention weight x nodes in graph")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    record = attention_record(weights)
+    fig = plot_hop_attention(record)
     mlflow.log_figure(fig, "hop_attention.png")
-    plt.close(fig)
+    mlflow.log_dict(record, "hop_attention.json")
+    _pyplot().close(fig)
     mlflow.log_metrics(recorder.summary(batches))
