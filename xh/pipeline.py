@@ -121,14 +121,16 @@ class Pipeline:
         candidates: dict[str, list[dict]] = {}
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             candidates.setdefault(row["qid"], []).append(row)
-        # only the documents these questions need, looked up by id: the docs table is far larger than a batch's share
-        doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
-        if self.docs is not None:
-            builder = HotpotGraphBuilder.from_store(self.docs, doc_ids, self.graph_settings, self.classifier)
-        else:
+        if self.docs is not None:  # only the documents that become nodes, looked up by id
+            outcomes = HotpotGraphBuilder.build_from_store(
+                self.docs, questions, candidates, self.graph_settings, self.classifier
+            )
+        else:  # only the documents these questions name, filtered from the tables
+            doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
             builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
+            outcomes = builder.build_many(questions, candidates)
         graphs, quarantined = [], repeated
-        for question, outcome in zip(questions, builder.build_many(questions, candidates)):
+        for question, outcome in zip(questions, outcomes):
             if outcome.graph is not None:
                 graphs.append(outcome.graph)
             else:

@@ -3,7 +3,6 @@ per batch, built once per node."""
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 
@@ -70,8 +69,7 @@ def test_lookups_give_what_filtering_the_tables_gives(tmp_path, monkeypatch, col
     graph = load_config(None, []).graphs
     for wanted in ({"a", "b", "c"}, {"a", "é", "zz", "d"}, {"c"}, {"nope"}, set(), {d for d, _ in DOCS}):
         expected = HotpotGraphBuilder.load(str(tmp_path / "tables"), wanted, graph)
-        found = HotpotGraphBuilder.from_store(store, wanted, graph)
-        assert (found.docs, found.links) == (expected.docs, _between_docs(expected)), wanted
+        assert store.lookup(wanted) == (expected.docs, _between_docs(expected)), wanted
     docs, links = store.lookup({"a", "b", "c"})
     assert docs["a"] == ("Alpha", ["Alpha one. ", "Alpha two."])
     assert links == {"a": [("b", "beta", 0), ("b", "the beta", 1)], "b": [("c", "gamma", 1)]}
@@ -88,8 +86,7 @@ def test_the_world_by_id_matches_the_tables_and_graphs_need_no_table_reads(synth
     for _ in range(5):
         wanted = set(rng.sample(ids, 200)) | {"not-a-doc"}
         expected = HotpotGraphBuilder.load(str(copy), wanted, graph)
-        found = HotpotGraphBuilder.from_store(store, wanted, graph)
-        assert (found.docs, found.links) == (expected.docs, _between_docs(expected))
+        assert store.lookup(wanted) == (expected.docs, _between_docs(expected))
 
     # the graph half with the store: the same graphs as filtering the tables, and once built it reads
     # no docs or links file (a batch touches only the rows it needs)
@@ -108,26 +105,41 @@ def test_the_world_by_id_matches_the_tables_and_graphs_need_no_table_reads(synth
     retriever = Retriever([shard], EntityLinker.load(str(copy)), LinkGraph.load(str(copy)), retrieval)
     rows = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
     scanned = Pipeline(retriever, str(copy), graph).graphs(rows)
-    by_id = Pipeline(retriever, str(copy), graph, docs=store)
+    looked_up = []
+
+    class Recording(DocStore):
+        def lookup(self, doc_ids):
+            doc_ids = list(doc_ids)
+            looked_up.extend(doc_ids)
+            return super().lookup(doc_ids)
+
+    by_id = Pipeline(retriever, str(copy), graph, docs=Recording(store.folder))
     shutil.rmtree(copy / "docs")
     shutil.rmtree(copy / "links")
-    assert by_id.graphs(rows) == scanned and len(scanned[0]) > 50
+    graphs, quarantined = by_id.graphs(rows)
+    assert (graphs, quarantined) == scanned and len(graphs) > 50
+    # the rows of the documents that became nodes, not of every candidate
+    assert set(looked_up) == {node["doc_id"] for g in graphs for node in g["nodes"]}
 
 
 def test_a_node_builds_its_copy_once_and_a_rebuilt_table_gets_a_new_one(tmp_path, monkeypatch):
     tables = tmp_path / "tables"
     _tables(tables, DOCS, LINKS)
-    (tables / "_complete.json").write_text(json.dumps({"kind": "wiki tables", "written_at": "1"}))
     builds = []
     real = docstore.build
     monkeypatch.setattr(docstore, "build", lambda *a, **k: builds.append(a) or real(*a, **k))
     first = DocStore.open(str(tables), cache_root=str(tmp_path / "cache"))
     second = DocStore.open(str(tables), cache_root=str(tmp_path / "cache"))
     assert first.folder == second.folder and len(builds) == 1
-    (tables / "_complete.json").write_text(json.dumps({"kind": "wiki tables", "written_at": "2"}))
+    _tables(tmp_path / "rewritten", [*DOCS, ("f", "Phi")], LINKS)  # the docs table written again
+    shutil.rmtree(tables / "docs")
+    shutil.copytree(tmp_path / "rewritten" / "docs", tables / "docs")
     third = DocStore.open(str(tables), cache_root=str(tmp_path / "cache"))
     assert third.folder != first.folder and len(builds) == 2
-    assert third.lookup({"b"})[0] == {"b": ("Beta", ["Beta one. ", "Beta two."])}
+    assert third.lookup({"b", "f"})[0] == {
+        "b": ("Beta", ["Beta one. ", "Beta two."]),
+        "f": ("Phi", ["Phi one. ", "Phi two."]),
+    }
     # no staging folder is left beside the copies
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted(
         {first.folder.name, third.folder.name}

@@ -8,8 +8,8 @@ docs and links tables for them reads every file of both tables for every batch (
 with the corpus, not the batch); the store reads only the rows the batch names.
 
 The copy lives under `cache_root` (default: `$XH_DOC_CACHE`, else the system temp folder), in a folder
-named after the tables' location and completion marker (`xh.tables`), so a rebuilt table gets a new
-copy. The first process of a node builds it under a file lock, the others of that node wait for it and
+named after the tables' location and their files (path, size, modification time), so a rewritten table
+gets a new copy (copies are not removed: delete the folder when no actor runs). The first process of a node builds it under a file lock, the others of that node wait for it and
 then map the same files: the pages are the OS page cache's, held once per node whatever the number of
 actors. Files:
 
@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
+import pyarrow.fs as pafs
 
 from xh.storage import S3Settings, resolve
 
@@ -79,10 +80,7 @@ class DocStore:
     @classmethod
     def open(cls, tables_uri: str, s3: S3Settings | None = None, cache_root: str | None = None) -> DocStore:
         """The store of `tables_uri` on this node, built first when no process of the node has built it."""
-        from xh.tables import require_complete
-
-        marker = require_complete(tables_uri, s3, "wiki tables")
-        key = json.dumps({"tables": tables_uri.rstrip("/"), "marker": marker, "format": FORMAT}, sort_keys=True)
+        key = json.dumps({"tables": tables_uri.rstrip("/"), "files": _files(tables_uri, s3), "format": FORMAT})
         root = Path(cache_root or default_cache_root())
         folder = root / hashlib.sha256(key.encode()).hexdigest()[:24]
         if not (folder / "_done").exists():
@@ -142,6 +140,16 @@ class DocStore:
         ):
             links.setdefault(id_of[src], []).append((id_of[dst], anchor, sentence))
         return docs, links
+
+
+def _files(tables_uri: str, s3: S3Settings | None) -> list:
+    """(path, size, modification time) of the docs and links tables' files: what names a copy."""
+    fs, root = resolve(tables_uri, s3)
+    out = []
+    for table in ("docs", "links"):
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{table}", recursive=True, allow_not_found=True))
+        out += sorted((i.path, i.size, i.mtime_ns) for i in infos if i.type == pafs.FileType.File)
+    return out
 
 
 def _resolve_rows(ids: pa.Array, hashes: np.ndarray, rows: np.ndarray, doc_ids: pa.ChunkedArray) -> np.ndarray:

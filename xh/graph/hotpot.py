@@ -344,18 +344,21 @@ class HotpotGraphBuilder:
             out[src].append((dst, anchor, sentence))
         return cls(by_id, dict(out), settings, classifier)
 
-    @classmethod
-    def from_store(
-        cls,
+    @staticmethod
+    def build_from_store(
         store,
-        doc_ids: Iterable[str],
+        questions: list[dict],
+        candidates: dict[str, list[dict]],
         settings: GraphsConfig,
         classifier: QuestionClassifier | None = None,
-    ) -> HotpotGraphBuilder:
-        """What `load` reads, looked up by id in a `xh.graph.docstore.DocStore` (no table scan); links only
-        between documents the table holds, the only ones a graph's nodes can have."""
-        docs, links = store.lookup(doc_ids)
-        return cls(docs, links, settings, classifier)
+    ) -> list[Outcome]:
+        """`build_many` with the docs and links looked up by id in a `xh.graph.docstore.DocStore`: only
+        those of the documents that become nodes (a question's candidates are several times its nodes)."""
+        types = resolve_question_types(questions, classifier)
+        picked = [select_nodes(candidates.get(q["qid"], []), t[0], settings) for q, t in zip(questions, types)]
+        docs, links = store.lookup(node["doc_id"] for nodes in picked for node in nodes)
+        builder = HotpotGraphBuilder(docs, links, settings)
+        return [builder._build(q, candidates.get(q["qid"], []), t) for q, t in zip(questions, types)]
 
     def build_many(self, questions: list[dict], candidates: dict[str, list[dict]]) -> list[Outcome]:
         """One outcome per QUESTIONS row; `candidates`: qid -> its CANDIDATES rows."""
