@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from workflows.common import init_ray, log, main, s3_settings
+from workflows.common import init_ray, log, main, s3_settings, verbose
 from xh.config import XHConfig
 from xh.tracking import absolute_tracking, configure
 
@@ -41,9 +41,11 @@ def serving(cfg: XHConfig) -> Iterator[dict]:
     if used.graphs.task != "fever":
         read_manifest(index_of(used), s3_settings(cfg))
     init_ray(cfg)
-    serve.start(http_options={"host": cfg.serve.host, "port": cfg.serve.port})
+    # a line per request and replica event on the console only with -v (they stay in Ray's log files)
+    logging_config = {"log_level": "DEBUG" if verbose() else "WARNING", "enable_access_log": verbose()}
+    serve.start(http_options={"host": cfg.serve.host, "port": cfg.serve.port}, logging_config=logging_config)
     try:
-        serve.run(app_for(cfg), name=APP_NAME, route_prefix="/")
+        serve.run(app_for(cfg), name=APP_NAME, route_prefix="/", logging_config=logging_config)
         url = base_url(cfg)
         health = wait_healthy(url)
         log("serve", f"serving {health['model']} v{health['version']} at {url} (POST /answer)")
