@@ -4,6 +4,8 @@
 # stored uncompressed in .devkit/extras.tar.xz (about 20 MiB) and listed in .devkit/needs.txt, so that
 # `bash .devkit/install.sh` installs them with the rest. Run after `bash ../shared/devkit/build.sh .`:
 #   bash bench/devkit_extras.sh            # then carry .devkit/extras.tar.xz with install.sh and needs.txt
+#   bash bench/devkit_extras.sh PyStemmer  # only PyStemmer (0.5 MiB): the lent machines have scipy, and the
+#                                          # kit, this and the project then fit one 64 MiB call
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kit=.devkit
@@ -12,7 +14,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 -m pip download --quiet --only-binary=:all: --python-version 3.12 --no-deps -d "$tmp/in" \
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
-  "scipy>=1.17,<2" "PyStemmer>=3.1,<4"
+  $(for p in "${@:-scipy PyStemmer}"; do for q in $p; do case $q in scipy) echo "scipy>=1.17,<2";; PyStemmer) echo "PyStemmer>=3.1,<4";; *) echo "error: unknown extra $q" >&2; exit 2;; esac; done; done)
 python3 - "$tmp/in" "$tmp/out" "$kit/needs.txt" <<'PY'
 import os, sys, zipfile
 src, out, needs = sys.argv[1:4]

@@ -21,6 +21,7 @@ from xh.model.packing import (
     PackedBatch,
     encoder_inputs,
     fill_rows,
+    fill_rows_one_at_a_time,
     first_fit_decreasing,
     node_states,
     pack,
@@ -241,28 +242,6 @@ def test_a_packed_batch_under_bf16_autocast_on_cuda_matches_float32():
     torch.testing.assert_close(full.loss, plain.loss, rtol=1e-3, atol=1e-4)
 
 
-def _fill_rows_one_graph_at_a_time(graphs, rows: int, row_tokens: int, lookahead: int):
-    """The rule `fill_rows` keeps, written plainly: each graph in order joins the batch if the batch with it
-    still packs into `rows`; if not, the first of the next `lookahead` that does; else the batch closes."""
-    batch, lengths, waiting, stream = [], [], [], iter(graphs)
-    while True:
-        while len(waiting) <= lookahead and (graph := next(stream, None)) is not None:
-            waiting.append(graph)
-        if not waiting:
-            break
-        for k, graph in enumerate(waiting):
-            candidate = lengths + [len(ids) for ids in graph.input_ids]
-            if not batch or len(first_fit_decreasing(candidate, row_tokens)) <= rows:
-                batch.append(waiting.pop(k))
-                lengths = candidate
-                break
-        else:
-            yield batch
-            batch, lengths = [], []
-    if batch:
-        yield batch
-
-
 @pytest.mark.parametrize("rows", [1, 3, 16, 128])
 def test_fill_rows_gallops_to_the_batches_one_graph_at_a_time_would_make(rows, monkeypatch):
     rng = np.random.default_rng(rows)
@@ -271,7 +250,7 @@ def test_fill_rows_gallops_to_the_batches_one_graph_at_a_time_would_make(rows, m
         for k in range(300)
     ]
     stream.insert(7, random_graph(rng, "huge", [128] * (rows + 2), []))  # too large alone: a batch of its own
-    expected = [[g.qid for g in b] for b in _fill_rows_one_graph_at_a_time(stream, rows, 128, lookahead=4)]
+    expected = [[g.qid for g in b] for b in fill_rows_one_at_a_time(stream, rows, 128, lookahead=4)]
 
     import xh.model.packing as packing
 
