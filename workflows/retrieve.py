@@ -104,12 +104,14 @@ def _build_index(cfg: XHConfig, ranges: list[dict], index_uri: str) -> tuple[Cor
 class _QueryActor:
     """Ray Data actor: loads the retriever once, then turns question batches into candidate rows."""
 
-    def __init__(self, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3, torch_threads: int):
+    def __init__(
+        self, index_uri: str, tables_uri: str, settings: RetrieveConfig, s3, torch_threads: int, searcher=None
+    ):
         if settings.reranker:
             import torch
 
             torch.set_num_threads(torch_threads)  # the actor's CPU share, not every core of the node
-        self.retriever = Retriever.load(index_uri, tables_uri, settings, s3)
+        self.retriever = Retriever.load(index_uri, tables_uri, settings, s3, searcher=searcher)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = self.retriever.candidates(batch["qid"].to_pylist(), batch["question"].to_pylist())
@@ -184,6 +186,7 @@ def write_questions(cfg: XHConfig, output: str | None = None) -> dict:
 
 def retrieve(cfg: XHConfig, output: str) -> dict:
     """The questions under `output` (a staging folder of `run_candidates`) -> `<output>/candidates`."""
+    import ray
     import ray.data
     from ray.data import ActorPoolStrategy
 
@@ -199,6 +202,7 @@ def retrieve(cfg: XHConfig, output: str) -> dict:
     step = max(r.batch_size, -(-table.num_rows // (r.workers * 4)))
     questions = ray.data.from_arrow([table.slice(i, step) for i in range(0, max(table.num_rows, 1), step)])
     layout = prepare_layouts(paths["index"], paths["tables"], s3)
+    searcher = start_fanout(paths["index"], paths["tables"], s3, r.shard_budget_gib) if r.shard_budget_gib else None
     log("retrieve", f"retrieving candidates for {table.num_rows:,} questions with {r.workers} actor(s)")
     candidates = questions.map_batches(
         _QueryActor,
@@ -206,9 +210,13 @@ def retrieve(cfg: XHConfig, output: str) -> dict:
         batch_format="pyarrow",
         compute=ActorPoolStrategy(size=r.workers),
         num_cpus=r.cpus_per_worker,
-        fn_constructor_args=(paths["index"], paths["tables"], r, s3, max(1, round(r.cpus_per_worker))),
+        fn_constructor_args=(paths["index"], paths["tables"], r, s3, max(1, round(r.cpus_per_worker)), searcher),
     )
-    candidates.write_parquet(f"{out}/candidates", filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    try:
+        candidates.write_parquet(f"{out}/candidates", filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    finally:
+        for actor in searcher.groups if searcher else []:
+            ray.kill(actor)
     table = pads.dataset(f"{out}/candidates", filesystem=fs, format="parquet").to_table(columns=["qid", "source"])
     counts = table.group_by("source").aggregate([("qid", "count")]).to_pylist()
     return {
@@ -233,6 +241,29 @@ def prepare_layouts(index_uri: str, tables_uri: str, s3) -> float:
     strategy = [NodeAffinitySchedulingStrategy(node, soft=False) for node in nodes]
     ray.get([task.options(scheduling_strategy=s).remote(index_uri, tables_uri, s3) for s in strategy])
     return round(time.perf_counter() - start, 3)
+
+
+def start_fanout(index_uri: str, tables_uri: str, s3, budget_gib: float):
+    """The BM25 shards grouped under `budget_gib` (mapped bytes, measured on a node's layout), each group on its
+    own actor (`xh.retrieval.fanout`); a shard larger than the budget alone is a ConfigError."""
+    import ray
+
+    from xh.retrieval.fanout import FanoutShards, shard_groups
+
+    sizes = ray.get(ray.remote(num_cpus=0)(_layout_sizes).remote(index_uri, tables_uri, s3))
+    try:
+        groups = shard_groups(sizes, budget_gib * 2**30)
+    except ValueError as e:
+        raise ConfigError(f"retrieve.shard_budget_gib: {e}") from None
+    log("retrieve", f"BM25 over {len(groups)} shard actor(s) of at most {budget_gib} GiB: shards {groups}")
+    return FanoutShards.start(index_uri, tables_uri, groups, s3)
+
+
+def _layout_sizes(index_uri: str, tables_uri: str, s3) -> list[int]:
+    from xh.retrieval.fanout import layout_shard_bytes
+    from xh.retrieval.shared import ensure_layout
+
+    return layout_shard_bytes(ensure_layout(index_uri, tables_uri, s3))
 
 
 def _prepare_layout(index_uri: str, tables_uri: str, s3) -> str:

@@ -88,7 +88,13 @@ class RetrieveConfig(Section):
     output: str | None = Field(None, description="default <storage.root>/retrieval (questions, candidates, quarantine)")
     shards: int = Field(4, ge=1, description="BM25 index shards (by doc range)")
     index_titles: bool = Field(True, description="index 'title + paragraph' rather than the paragraph alone")
-    workers: int = Field(2, ge=1, description="query actors, each holding the index, linker and link graph")
+    workers: int = Field(2, ge=1, description="query actors; those of a node map one copy of the index, linker, graph")
+    shard_budget_gib: float | None = Field(
+        None,
+        gt=0,
+        description="memory one BM25 shard actor may map: set, the shards are grouped under it and served by their "
+        "own actors, their top-k merged (xh.retrieval.fanout); unset, each query actor maps every shard",
+    )
     # fractional by default: actors holding every CPU starve the Parquet read task that feeds them
     cpus_per_worker: float = Field(0.5, gt=0)
     batch_size: int = Field(256, ge=1, description="questions per actor call")

@@ -10,14 +10,14 @@ import uuid
 import pytest
 
 from xh import synth
-from xh.config import RetrieveConfig
+from xh.config import ConfigError, RetrieveConfig
 from xh.retrieval import shared
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import search_shards
 from xh.retrieval.candidates import DocPositions, Retriever
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
-from xh.retrieval.fanout import FanoutShards, same_results
+from xh.retrieval.fanout import FanoutShards, layout_shard_bytes, same_results
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.storage import upload_folder
 from xh.wiki import process
@@ -80,3 +80,38 @@ def test_shard_actors_on_both_nodes_give_the_results_of_one_retriever_over_every
 
         for actor in searcher.groups:
             ray.kill(actor)
+
+
+def test_xh_retrieve_run_with_a_shard_budget_writes_the_candidates_of_the_shared_layout(ray_cluster, tmp_path):
+    """`retrieve.shard_budget_gib` small enough for one shard a group: the query actors send BM25 to 3 shard
+    actors; the candidates are those of the same run with every shard mapped by each query actor."""
+    import pyarrow.dataset as pads
+
+    from workflows import retrieve
+    from xh.config import load_config
+
+    synth.write_world(
+        synth.WorldSpec(num_docs=900, seed=4), synth.output_under(str(tmp_path / "world")), num_questions=50
+    )
+    process.process_in_process(
+        "hotpot", process.input_files([str(tmp_path / "world" / "wiki")], "hotpot"), str(tmp_path / "tables"), 2
+    )
+    questions = tmp_path / "world" / "hotpot" / "questions.json"
+    base = [f"storage.root={tmp_path}", f"retrieve.questions={questions}", "retrieve.shards=3"]
+    retrieve.build_index(load_config(None, base))
+
+    def candidates(*overrides: str) -> list[dict]:
+        output = tmp_path / f"retrieval-{len(overrides)}"
+        retrieve.run_candidates(load_config(None, [*base, f"retrieve.output={output}", *overrides]))
+        rows = pads.dataset(str(output / "candidates")).to_table().to_pylist()
+        return sorted(rows, key=lambda r: (r["qid"], r["source"], r["rank"], r["doc_id"]))
+
+    shared_layout = candidates()
+    # the node's layout is there now (the run laid it out): a budget that fits each shard alone, not two
+    sizes = layout_shard_bytes(shared.ensure_layout(str(tmp_path / "index" / "bm25"), str(tmp_path / "tables")))
+    assert min(sizes) * 2 > max(sizes) * 1.01
+    fanned = candidates(f"retrieve.shard_budget_gib={max(sizes) * 1.01 / 2**30}")
+    assert {r["source"] for r in shared_layout} == {"ir", "el", "exp"} and fanned == shared_layout
+
+    with pytest.raises(ConfigError, match="shard_budget_gib: shard 0 maps"):
+        candidates(f"retrieve.shard_budget_gib={min(sizes) / 2 / 2**30}", "retrieve.workers=1")

@@ -193,10 +193,12 @@ class Retriever:
         settings: RetrieveConfig,
         s3: S3Settings | None = None,
         cache_dir: str | None = None,
+        searcher=None,
     ):
         """The retriever of an index and its tables. The shards, linker, link graph and doc lookup are mapped
         from the node's layout (`xh.retrieval.shared`, built by the first process that needs it, in
-        `cache_dir` or the node's default): every process of a node shares one copy."""
+        `cache_dir` or the node's default): every process of a node shares one copy. With a `searcher`
+        (`xh.retrieval.fanout.FanoutShards`), BM25 runs on the shard actors instead."""
         reranker = path_reranker = None
         if settings.reranker or settings.path_reranker:  # imported only then: it brings torch into the process
             from xh.retrieval.rerank import CrossEncoder
@@ -215,6 +217,7 @@ class Retriever:
             path_reranker,
             PathScorer.load(settings.path_scorer, s3) if settings.path_scorer else None,
             positions=DocPositions(state.shards, state.positions),
+            searcher=searcher,
         )
 
     @property

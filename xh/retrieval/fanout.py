@@ -91,11 +91,13 @@ class FanoutShards:
         tables_uri: str,
         numbers: list[list[int]],
         s3: S3Settings | None = None,
-        num_cpus: float = 0.25,
+        num_cpus: float = 0,
         cache_dir=None,
     ) -> FanoutShards:
         import ray
 
+        # no CPU reserved by default: a shard actor works while the query actor that called it waits, and
+        # actors reserving CPUs beside the query actors starve the tasks that feed and write them
         actor = ray.remote(num_cpus=num_cpus)(ShardGroup)
         return cls([actor.remote(index_uri, tables_uri, g, s3, cache_dir) for g in numbers], numbers)
 
