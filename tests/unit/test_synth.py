@@ -357,3 +357,78 @@ def test_tiny_world(tmp_path):
     for q in questions:
         assert len(q["context"]) == 10
     assert len(read_jsonl_bz2(tmp_path / "wiki/AA/wiki_00.bz2")) == 20
+
+
+# --- the controlled worlds of the science checks (xh.synth.evidence) -----------------------------------
+
+EVIDENCE_WORLD = synth.WorldSpec(num_docs=2_000, seed=7)
+
+
+@pytest.fixture(scope="module")
+def evidence_claims():
+    return synth.make_evidence_claims(EVIDENCE_WORLD, 300, seed=0)
+
+
+def test_evidence_claims_are_deterministic_with_the_asked_slices(evidence_claims):
+    assert evidence_claims == synth.make_evidence_claims(EVIDENCE_WORLD, 300, seed=0)
+    assert evidence_claims != synth.make_evidence_claims(EVIDENCE_WORLD, 300, seed=1)
+    counts = collections.Counter((c["_slice"], c["label"]) for c in evidence_claims)
+    assert counts == {
+        ("multi", "SUPPORTS"): 75,
+        ("multi", "REFUTES"): 75,
+        ("single", "SUPPORTS"): 45,
+        ("single", "REFUTES"): 45,
+        ("nei", "NOT ENOUGH INFO"): 60,
+    }
+    assert len({c["claim"] for c in evidence_claims}) == 300
+    with pytest.raises(ValueError):
+        synth.make_evidence_claims(EVIDENCE_WORLD, 10, multi_fraction=0.9, nei_fraction=0.2)
+
+
+def test_multi_evidence_claims_need_the_linked_page_and_the_decoy_mirrors_the_verdict(evidence_claims):
+    """Two linked pages per group; the claimed value is stated by B (SUPPORTS) or by a decoy of B's kind
+    (REFUTES), never by A: a node that cannot see A cannot tell B from the decoy."""
+    for c in (c for c in evidence_claims if c["_slice"] == "multi"):
+        [group] = c["evidence"]
+        (_, _, page_a, line_a), (_, _, page_b, line_b) = group
+        assert page_a != page_b
+        position = {(pid, line): k for k, (pid, _, line, _) in enumerate(c["_candidates"])}
+        a_pos, b_pos = position[page_a, line_a], position[page_b, line_b]
+        assert [a_pos, b_pos] in c["_links"]  # A's sentence names B's page
+        value = c["claim"].rstrip(".").split(" in " if " in " in c["claim"] else " is ")[-1]
+        states_value = [k for k, (_, _, _, text) in enumerate(c["_candidates"]) if value in text]
+        assert a_pos not in states_value
+        assert (b_pos in states_value) == (c["label"] == "SUPPORTS")
+        assert (c["_decoy"] in states_value) == (c["label"] == "REFUTES")  # the decoy states it instead
+
+
+def test_evidence_graph_rows_label_the_gold_sentences_and_type_the_links(evidence_claims):
+    claims = evidence_claims[:40]
+    full = synth.evidence_graph_rows(claims)
+    typed = synth.evidence_graph_rows(claims, "typed")
+    linked = synth.evidence_graph_rows(claims, "hyperlink")
+    for c, f, t, h in zip(claims, full, typed, linked):
+        n = len(c["_candidates"])
+        assert f["qid"] == t["qid"] == h["qid"] == str(c["id"]) and f["claim_label"] == c["label"]
+        assert len(f["nodes"]) == n and len(f["edges"]) == n * (n - 1) and t["edges"] == f["edges"]
+        gold = {
+            (p, line) for group in (c["evidence"] if c["label"] != "NOT ENOUGH INFO" else []) for *_, p, line in group
+        }
+        assert {(node["doc_id"], node["line"]) for node in f["nodes"] if node["is_evidence"]} == gold
+        assert {node["source"] for node in f["nodes"]} == {"retrieved"}  # nothing marks the gold nodes
+        hyperlinks = [(e["src"], e["dst"]) for e, kind in zip(t["edges"], t["edge_types"]) if kind == "hyperlink"]
+        assert sorted(hyperlinks) == [tuple(pair) for pair in c["_links"]]
+        assert [(e["src"], e["dst"]) for e in h["edges"]] == [tuple(pair) for pair in c["_links"]]
+    with pytest.raises(ValueError):
+        synth.evidence_graph_rows(claims, "nonsense")
+
+
+def test_question_graph_rows_are_the_distractor_graphs_without_anchors():
+    questions = synth.make_questions(EVIDENCE_WORLD, 40, seed=0, comparison_fraction=0.25)
+    rows = synth.question_graph_rows(questions)
+    with_anchors = synth.question_graph_rows(questions, anchors=True)
+    assert [r["qid"] for r in rows] == [q["_id"] for q in questions]
+    assert collections.Counter(r["question_type"] for r in rows) == {"bridge": 30, "comparison": 10}
+    assert all(node["anchors"] == [] for r in rows for node in r["nodes"])
+    assert any(node["anchors"] for r in with_anchors for node in r["nodes"])
+    assert [r["edges"] for r in rows] == [r["edges"] for r in with_anchors]

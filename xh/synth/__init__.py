@@ -37,6 +37,9 @@ The modules, each importing only those above it:
 - `xh.synth.formats`: a page as a HotpotQA dump record, a FEVER wiki-pages record, link rows.
 - `xh.synth.questions`: HotpotQA bridge and comparison questions (`make_questions`).
 - `xh.synth.claims`: FEVER claims (`make_claims`).
+- `xh.synth.evidence`: the controlled worlds of the science checks: FEVER claims whose verdict needs two
+  linked pages (`make_evidence_claims`), and both worlds as graph rows without anchors
+  (`evidence_graph_rows`, `question_graph_rows`; these import the graph builders).
 - `xh.synth.writing`: the files above, shard by shard (`write_shard`, `write_world`).
 
 Generation needs only the standard library; FEVER's page-id spelling is the one of
@@ -44,6 +47,12 @@ Generation needs only the standard library; FEVER's page-id spelling is the one 
 """
 
 from xh.synth.claims import NOT_ENOUGH_INFO, REFUTES, SUPPORTS, make_claims
+from xh.synth.evidence import (
+    drop_anchors,
+    evidence_graph_rows,
+    make_evidence_claims,
+    question_graph_rows,
+)
 from xh.synth.formats import fever_page_record, hotpot_record, iter_link_rows, link_rows, strip_links
 from xh.synth.layout import (
     BAND,
@@ -104,6 +113,8 @@ __all__ = [
     "ShardSummary",
     "WorldSpec",
     "WorldSummary",
+    "drop_anchors",
+    "evidence_graph_rows",
     "fever_page_id",
     "fever_page_record",
     "fever_pages_path",
@@ -115,11 +126,13 @@ __all__ = [
     "link_rows",
     "links_shard_path",
     "make_claims",
+    "make_evidence_claims",
     "make_questions",
     "name_of",
     "num_shards",
     "output_under",
     "page",
+    "question_graph_rows",
     "quote_title",
     "strip_links",
     "title",
