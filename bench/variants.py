@@ -21,7 +21,8 @@ read per second of training step: forward, backward, optimizer); infer_questions
 paragraphs are encoded once per corpus (`encode_corpus`, timed alone: corpus_encode_s), then its
 questions are answered from the stored embeddings (infer_questions_per_s; with the encoding included:
 infer_questions_per_s_with_corpus). A few steps on a CPU say that every system trains and scores on
-the same data and what each costs; they say little about accuracy at full budget.
+the same data and what each costs; they say little about accuracy at full budget. The comparison at a
+real budget, on worlds where the answer needs the hop, with seeds and dev curves: `bench/science.py`.
 """
 
 from __future__ import annotations
