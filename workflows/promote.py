@@ -6,7 +6,9 @@
     xh promote rollback --model xh-hotpot
 
 Promotion judges on held-out data only: a named eval set that shares questions with the challenger's
-training set is refused (one line, exit 2), before Ray starts. Each version is evaluated on a Ray actor
+training set is refused (one line, exit 2), before Ray starts, and so is one whose graphs were built with
+a graph setting unlike the challenger's (its pipeline record, `xh.registry.eval_graph_drift`) unless
+`score.allow_drift=true`, which the decision then records. Each version is evaluated on a Ray actor
 pool (`xh.promotion`; a GPU per actor where the cluster has GPUs). Each decision is an MLflow run of its
 own (the eval set logged as its input, the decision as `decision.json`), printed as one JSON line and
 recorded as a tag on the challenger version.
@@ -14,13 +16,15 @@ recorded as a tag on the challenger version.
 
 from __future__ import annotations
 
+import json
+
 import mlflow
 
 from workflows.common import init_ray, main, s3_settings
 from xh.config import XHConfig
 from xh.graph.store import require_graphs
 from xh.promotion import on_ray
-from xh.registry import alias_version, evaluation_set, promote, rollback
+from xh.registry import alias_version, eval_graph_drift, evaluation_set, promote, rollback
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
 
@@ -37,6 +41,8 @@ def run(cfg: XHConfig) -> dict:
     if challenger is None:
         return promote(p.model, [], **gate)  # the decision says there is none
     held = evaluation_set(p.model, challenger, p.eval_set, s3)  # refused here, before Ray starts
+    # graphs unlike those the challenger trained on: refused like scoring's, unless score.allow_drift
+    drift = eval_graph_drift(p.model, challenger, held["folder"], s3, allow_drift=cfg.score.allow_drift)
     init_ray(cfg)
     rows = held["rows"]
     task = rows[0]["task"] if rows else "hotpot"
@@ -53,8 +59,15 @@ def run(cfg: XHConfig) -> dict:
             eval_set=held["uri"],
             decision_run_id=decision_run.info.run_id,
             evaluate=on_ray(mlflow.get_tracking_uri()),  # an actor pool per version; GPUs where present
+            pipeline_drift=drift,
         )
-        mlflow.set_tags({"promoted": str(decision["promoted"]).lower(), "champion": str(decision["champion"])})
+        mlflow.set_tags(
+            {
+                "promoted": str(decision["promoted"]).lower(),
+                "champion": str(decision["champion"]),
+                "pipeline_drift": json.dumps(drift, sort_keys=True) if drift else "none",
+            }
+        )
         scores = {k: decision[k] for k in ("challenger_score", "champion_score") if isinstance(decision.get(k), float)}
         mlflow.log_metrics(scores)
         mlflow.log_dict(decision, "decision.json")

@@ -4,7 +4,8 @@
     version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
     model, tokenizer = load_version(version["name"], version["version"])
     model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
-    model = mlflow.pyfunc.load_model("models:/xh-hotpot@challenger")   # the same, through MLflow
+    model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")   # `xh.pyfunc_entry`: it answers questions
+    model.predict(pd.DataFrame({"id": [...], "question": [...]}))          # rows validated as `PyfuncInput`
     model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
     decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0, missed=quarantined_ids)
     rollback("xh-hotpot")
@@ -30,9 +31,11 @@ expired lock (a holder that died) is broken by the one process that creates its 
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 import uuid
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,6 +43,8 @@ from types import SimpleNamespace
 import mlflow
 import pandas as pd
 import yaml
+from mlflow.models import ModelSignature
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from xh.config import ConfigError, XHConfig
 
@@ -50,6 +55,57 @@ HISTORY_TAG = "champion_history"  # JSON list of every version @champion replace
 LOCK_SUFFIX = ".promotion-lock"  # the registered model NAME.promotion-lock exists while a promotion holds NAME
 LEASE_TTL_S = 120.0  # a lock older than this is a dead holder's: the locked steps take a few registry calls
 LOCK_POLL_S = 0.5
+
+
+class PyfuncInput(BaseModel):
+    """One row of the registered pyfunc's input (`xh.pyfunc_entry`): an id (`id` or `qid`) and a question, a
+    FEVER claim or a prebuilt graph (a GRAPHS row as JSON); `type` (bridge or comparison) where known. MLflow
+    validates each row against it (the type hints of `predict`); a frame's missing cell (NaN) counts as none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | int | None = None
+    qid: str | int | None = None
+    question: str | None = None
+    claim: str | None = None
+    type: str | None = None
+    graph: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _missing_cells(cls, values):
+        if isinstance(values, dict):  # a frame with both question and claim columns has NaN where a row has none
+            return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+        return values
+
+    @model_validator(mode="after")
+    def _answerable(self) -> PyfuncInput:
+        if self.id is None and self.qid is None:
+            raise ValueError("a row needs an id (`id` or `qid`)")
+        if not any(t and t.strip() for t in (self.question, self.claim, self.graph)):
+            raise ValueError("a row needs a `question`, a `claim` or a `graph`")
+        return self
+
+
+def pyfunc_signature() -> ModelSignature:
+    """The signature MLflow infers from the type hints of `xh.pyfunc_entry.XHVersionModel.predict` (a list of
+    `PyfuncInput` objects), with the `batch_graphs` parameter. Built here, because a `loader_module` model is
+    logged without its class; marked as from type hints, so that MLflow leaves the input to `predict`'s own
+    validation (and its scoring server takes `{"inputs": [...]}`)."""
+    from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
+    from mlflow.types.schema import AnyType, Object, Property
+
+    def kind(field) -> object:  # an id may be a string or a number (FEVER's): any
+        return AnyType() if field.annotation == (str | int | None) else DataType.string
+
+    properties = [Property(name, kind(f), required=False) for name, f in PyfuncInput.model_fields.items()]
+    signature = ModelSignature(
+        inputs=Schema([ColSpec(Object(properties))]),
+        outputs=Schema([ColSpec(AnyType())]),
+        params=ParamSchema([ParamSpec("batch_graphs", DataType.long, 8)]),
+    )
+    signature._is_signature_from_type_hint = True  # what MLflow records for a PythonModel with type hints
+    return signature
 
 
 class XHPyfunc(mlflow.pyfunc.PythonModel):
@@ -120,15 +176,6 @@ def pip_requirements() -> list[str]:
     return [f"{n}=={Version(version(n)).public}" for n in names]
 
 
-def _first_rows(graphs_uri: str, n: int) -> list[dict]:
-    import pyarrow.dataset as pads
-
-    from xh.storage import resolve
-
-    fs, path = resolve(graphs_uri)
-    return pads.dataset(path, filesystem=fs, format="parquet").head(n).to_pylist()
-
-
 def data_snapshot(graphs_uri: str) -> str:
     """What the model was trained on: the graphs folder and its files' total size (cheap, changes with the data)."""
     from xh.storage import list_paths, resolve
@@ -155,28 +202,25 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     settings, trained models and index reference that turn a question into the graphs it trained on."""
     import tempfile
 
-    from mlflow.models import infer_signature
-
-    from xh.inference import load_model, predict_graphs
+    from xh.inference import load_model
     from xh.tracking import configure, environment_tags
 
     configure(cfg.mlflow)
     staging = tempfile.TemporaryDirectory(prefix="xh-version-")
     model_dir = with_pipeline(model_dir, staging.name, cfg, graphs_uri)
-    example_rows = _first_rows(graphs_uri, 2)
-    model, tokenizer = load_model(model_dir)
-    example_input = graph_input(example_rows)
-    example_output = predictions_frame(predict_graphs(model, tokenizer, example_rows))
+    model, _ = load_model(model_dir)
     name = cfg.train.register_as
     # start_run(run_id) refuses a run of another experiment than the process's active one
     mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
-    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None), warnings.catch_warnings():
+        # no input example: MLflow checks a loader module's example as a frame against the signature, which
+        # describes a list of objects (the type hints of `xh.pyfunc_entry`'s predict); its advice is noise here
+        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
         info = mlflow.pyfunc.log_model(
             name="model",
             loader_module=LOADER_MODULE,
             data_path=model_dir,
-            signature=infer_signature(example_input, example_output, params={"batch_graphs": 8}),
-            input_example=example_input,
+            signature=pyfunc_signature(),
             pip_requirements=pip_requirements(),
             metadata=model_flavour(model),
         )
@@ -303,12 +347,26 @@ def load_registered(name: str, version: str) -> LoadedVersion:
 
 
 def input_columns(meta: dict) -> list[str]:
-    """The input column names of a version's signature (MLmodel's `signature.inputs`, a JSON string)."""
+    """The input column names of a version's signature (MLmodel's `signature.inputs`, a JSON string); for a
+    signature of one object per row (`pyfunc_signature`), the object's fields."""
     try:
         inputs = json.loads(((meta.get("signature") or {}).get("inputs")) or "[]")
     except (TypeError, json.JSONDecodeError):
         return []
+    if (
+        len(inputs) == 1
+        and isinstance(inputs[0], dict)
+        and inputs[0].get("type") == "object"
+        and not inputs[0].get("name")
+    ):
+        return sorted((inputs[0].get("properties") or {}).keys())
     return [c.get("name") for c in inputs if isinstance(c, dict)]
+
+
+def takes_graph_rows(meta: dict) -> bool:
+    """Whether a version's signature takes prebuilt graph rows: the graph columns, or `PyfuncInput`'s fields."""
+    names = input_columns(meta)
+    return names == INPUT_COLUMNS or names == sorted(PyfuncInput.model_fields)
 
 
 def load_version(name: str, version: str) -> tuple:
@@ -370,16 +428,52 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
         uri, folder = eval_set, eval_set
         profile = {"split": "named", "training_split": "checked" if record is not None else "not recorded"}
     profile |= {"num_rows": len(rows), "missed": len(missed)}
-    return {"uri": uri, "rows": rows, "missed": missed, "dataset": dataset_ref(folder, "eval-set", profile, s3=s3)}
+    return {
+        "uri": uri,
+        "folder": folder,
+        "rows": rows,
+        "missed": missed,
+        "dataset": dataset_ref(folder, "eval-set", profile, s3=s3),
+    }
+
+
+def eval_graph_drift(name: str, version: str, folder: str, s3=None, allow_drift: bool = False) -> dict | None:
+    """How the graphs of an evaluation set (`folder`, built by `xh graphs`) differ from those `version` of `name`
+    was trained on: each graph setting its `_summary.json` records is compared with the version's pipeline record
+    (`xh.pipeline_record.GRAPH_KNOBS`), as batch scoring compares its config (`apply_pipeline`). A difference is
+    refused (`PipelineDrift`, one line naming the setting) unless `allow_drift` (`score.allow_drift`), and then
+    returned as {setting: {"version", "used"}}. None for a version registered without a pipeline record."""
+    import tempfile
+
+    from xh.graph.store import read_summary
+    from xh.pipeline_record import GRAPH_KNOBS, PipelineDrift
+
+    with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
+        found = pipeline_of(name, version, dst)
+    if found is None:
+        return None
+    theirs = found[0]["graphs"]
+    summary = read_summary(folder, s3)
+    built = summary.get("settings", {}) | {k: summary[k] for k in ("task", "edge_mode") if k in summary}
+    drift = {}
+    for key in GRAPH_KNOBS:
+        if key in built and key in theirs and built[key] != theirs[key]:
+            if not allow_drift:
+                raise PipelineDrift(
+                    f"graphs.{key}={built[key]!r} of the evaluation set {folder} differs from {name} version "
+                    f"{version}'s {theirs[key]!r}: a version is judged on graphs built as it was trained (rebuild "
+                    "the evaluation set, or set score.allow_drift=true)"
+                )
+            drift[f"graphs.{key}"] = {"version": theirs[key], "used": built[key]}
+    return drift
 
 
 def version_predictions(name: str, version: str, rows: Sequence[dict]) -> list[dict]:
     """One registered version's predictions on graph rows (in their order), loaded from its data alone; a
     signature other than the graph input's is refused (ValueError)."""
     local, meta = version_files(name, version)
-    names = input_columns(meta)
-    if names != INPUT_COLUMNS:
-        raise ValueError(f"signature mismatch: inputs {names}, expected {INPUT_COLUMNS}")
+    if not takes_graph_rows(meta):
+        raise ValueError(f"signature mismatch: inputs {input_columns(meta)}, expected {INPUT_COLUMNS}")
     frame = LoadedVersion(data_folder(local, meta, f"{name} version {version}")).predict(graph_input(rows))
     return [
         {k: json.loads(v) if k in ("supporting_facts", "evidence", "label_probs") else v for k, v in p.items()}
@@ -422,6 +516,7 @@ def promote(
     eval_set: str | None = None,
     decision_run_id: str | None = None,
     evaluate=None,
+    pipeline_drift: dict | None = None,
 ) -> dict:
     """Move `@champion` to `@challenger` if it wins on `rows` by `min_delta` points (metrics x 100).
 
@@ -438,6 +533,8 @@ def promote(
     `eval_set` (what the rows are, `evaluation_set`) and `decision_run_id` (the MLflow run that logs the
     decision and its eval set as an input) go into the decision. `evaluate`: how a version is evaluated,
     `evaluate_version`'s signature (default: it, in this process; `xh.promotion.on_ray`: an actor pool).
+    `pipeline_drift`: the graph settings of the rows that differ from the challenger's, opted into
+    (`eval_graph_drift`); recorded in the decision.
     """
     evaluate = evaluate or evaluate_version
     client = mlflow.MlflowClient()
@@ -460,6 +557,8 @@ def promote(
         decision |= {"eval_set": eval_set, "eval_questions": len(rows) + len(missed)}
     if decision_run_id is not None:
         decision["decision_run_id"] = decision_run_id
+    if pipeline_drift:
+        decision["pipeline_drift"] = pipeline_drift
     if challenger is None:
         return decision | {"reason": f"{name} has no @challenger"}
     if champion is not None and champion.version == challenger.version:
