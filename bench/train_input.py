@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hotpot", type=Path, default=DEFAULT_HOTPOT, help="HotpotQA distractor-format JSON")
     parser.add_argument("--graphs", type=int, default=2000, help="graphs fed (the file's, repeated)")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="encoder processes")
+    parser.add_argument(
+        "--processes", type=int, nargs="*", default=[1, 2], help="encoder processes (none: the ceiling alone)"
+    )
     parser.add_argument("--max-node-tokens", type=int, default=256)
     parser.add_argument("--batch-tokens", type=int, default=32768)
     parser.add_argument("--batch-graphs", type=int, default=16, help="graphs a chunk of the data shard")
