@@ -284,3 +284,35 @@ def test_the_fanout_on_the_real_sample(shared_data, tmp_path):
     analyzed = [Analyzer().analyze(q) for q in questions]
     assert same_results(fan.searcher.search(analyzed, 100), search_shards(one.shards, analyzed, 100))
     assert fan.candidates(qids, questions) == one.candidates(qids, questions)
+
+
+def test_term_weights_are_the_stored_weights_without_copying_posting_lists(world, tmp_path):
+    """Weights of given documents are looked up in each term's postings (binary search): the same as the
+    dense matrix holds, for a single query and a batch, repeated terms and unknown documents included."""
+    root, records = world
+    retriever = Retriever.load(str(root / "index"), str(root / "tables"), RetrieveConfig(), cache_dir=tmp_path)
+    dense = {id(s): s.weights.toarray() for s in retriever.shards}
+    rng = np.random.default_rng(0)
+    all_ids = [s.doc_id(c) for s in retriever.shards for c in range(s.num_docs)]
+    analyzer = Analyzer()
+    terms = [analyzer.analyze(r["question"]) for r in records[:30]]
+    terms[0] = terms[0] + terms[0][:2] + ["no-such-term-zz"]  # repeats and an unknown term
+    docs = [[*rng.choice(all_ids, 40, replace=False).tolist(), "no-such-doc"] for _ in terms]
+
+    def reference(query: list[str], ids: list[str]) -> np.ndarray:
+        out = np.zeros((len(query), len(ids)))
+        where, cols = retriever._where.find(ids)
+        for j, (s, c) in enumerate(zip(where.tolist(), cols.tolist())):
+            if s >= 0:
+                shard = retriever.shards[s]
+                for i, t in enumerate(query):
+                    if t in shard.term_rows:
+                        out[i, j] = dense[id(shard)][shard.term_rows[t], c]
+        return out
+
+    expected = [reference(t, d) for t, d in zip(terms, docs)]
+    assert sum(int((e > 0).sum()) for e in expected) > 100
+    for got, want in zip(retriever.term_weights_batch(terms, docs), expected):
+        np.testing.assert_array_equal(got, want)
+    for t, d, want in zip(terms, docs, expected):
+        np.testing.assert_array_equal(retriever.term_weights(t, d), want)

@@ -135,21 +135,44 @@ def _id_at(shard, col: int) -> str:
     return found.as_py() if isinstance(found, pa.Scalar) else found
 
 
+def stored_weights(shard: BM25Shard, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weight stored at each (term row, shard column) pair, and whether one is: found by binary search in
+    the row's postings (documents ascending), so no posting list is copied (a frequent term's list holds
+    a fair share of the shard's documents: slicing whole rows made working memory grow with N)."""
+    values, found = np.zeros(len(rows), np.float64), np.zeros(len(rows), bool)
+    indptr, indices, data = shard.weights.indptr, shard.weights.indices, shard.weights.data
+    order = np.argsort(rows, kind="stable")
+    distinct, starts = np.unique(rows[order], return_index=True)
+    bounds = np.append(starts, len(order))
+    for row, a, b in zip(distinct.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
+        lo, hi = int(indptr[row]), int(indptr[row + 1])
+        at = order[a:b]
+        where = np.searchsorted(indices[lo:hi], cols[at])
+        hit = where < hi - lo
+        hit[hit] = indices[lo:hi][where[hit]] == cols[at][hit]
+        values[at[hit]] = data[lo + where[hit]]
+        found[at[hit]] = True
+    return values, found
+
+
 def shard_term_entries(shard: BM25Shard, terms: list[list[str]], cols: np.ndarray, doc_query: np.ndarray) -> tuple:
     """The weights of each query's terms in its own documents of one shard, as arrays (query, the term's index
     in the query, the document's index in `cols`, weight): `cols` are shard columns, `doc_query` the query
-    each belongs to. Only stored weights come back (a term absent from a document has none)."""
+    each belongs to (non-decreasing). Only stored weights come back (a term absent from a document has none)."""
     rows_of = shard.term_rows
     known = [(q, i, rows_of[t]) for q, query in enumerate(terms) for i, t in enumerate(query) if t in rows_of]
     if not len(cols) or not known:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, np.zeros(0, np.float64)
     term_query, term_index, rows = (np.array(column, np.int64) for column in zip(*known))
-    sub = shard.weights[rows][:, cols].tocoo()
-    # the slice crosses every query's terms with every query's documents: keep each query's own
-    mine = term_query[sub.row] == doc_query[sub.col]
-    r = sub.row[mine]
-    return term_query[r], term_index[r], sub.col[mine].astype(np.int64), sub.data[mine]
+    # each term with each document of its own query: (term, document position) pairs
+    first = np.searchsorted(doc_query, term_query, side="left")
+    counts = np.searchsorted(doc_query, term_query, side="right") - first
+    term_of = np.repeat(np.arange(len(rows)), counts)
+    position = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(first, counts)
+    values, found = stored_weights(shard, rows[term_of], np.asarray(cols, np.int64)[position])
+    term_of = term_of[found]
+    return term_query[term_of], term_index[term_of], position[found].astype(np.int64), values[found]
 
 
 class Retriever:
@@ -241,8 +264,9 @@ class Retriever:
             known = [(i, shard.term_rows[t]) for i, t in enumerate(terms) if t in shard.term_rows]
             if not len(at) or not known:
                 continue
-            sub = shard.weights[[row for _, row in known]][:, cols[at]]
-            weights[np.ix_([i for i, _ in known], at)] = sub.toarray()
+            term_at, rows = (np.array(column, np.int64) for column in zip(*known))
+            values, _ = stored_weights(shard, np.repeat(rows, len(at)), np.tile(cols[at].astype(np.int64), len(rows)))
+            weights[np.ix_(term_at, at)] = values.reshape(len(rows), len(at))
         return weights
 
     def term_weights_batch(self, terms: list[list[str]], doc_ids: list[list[str]]) -> list[np.ndarray]:
