@@ -393,6 +393,7 @@ def summary_table(results: list[dict]) -> str:
                 "multi_label_accuracy",
                 "single_label_accuracy",
                 "nei_label_accuracy",
+                "multi_gold_over_decoy",
             ]
         keys += ["train_tokens_per_s", "infer_questions_per_s", "infer_questions_per_s_with_corpus"]
         lines = [f"| {world} system | seeds | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
