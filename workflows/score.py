@@ -14,7 +14,8 @@ by SHA-256 or S3 ETag; other staging is discarded):
                run: the file last in name order is scored, the other record quarantined
                (`duplicate id: superseded by FILE`), before any graph is built
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
-               index, entity linker, link graph, question-type classifier) and builds a batch's graphs
+               index, entity linker, link graph, question-type classifier, and the node's copy of the
+               docs and links by id, `xh.graph.docstore`) and builds a batch's graphs
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
                when there are GPUs)
 
