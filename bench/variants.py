@@ -41,25 +41,10 @@ TRAIN_END = 400  # questions [0, 400) train, [400, 500) dev
 
 
 def tiny_backbone(folder: Path) -> str:
-    """A random 2 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
-    from transformers import BertConfig, BertModel
+    """A random 3 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
+    from xh.backbones import random_backbone, resolve_backbone
 
-    from xh.backbones import resolve_backbone
-    from xh.model import load_tokenizer
-
-    tokenizer = load_tokenizer(resolve_backbone(None))
-    config = BertConfig(
-        num_hidden_layers=3,
-        hidden_size=64,
-        num_attention_heads=2,
-        intermediate_size=128,
-        vocab_size=tokenizer.vocab_size,
-        max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
 
 def load_rows(path: str, train_end: int = TRAIN_END, edge_mode: str = "hyperlink") -> tuple[list[dict], list[dict]]:
