@@ -26,6 +26,7 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pytest
 
+from tests.conftest import _stop
 from xh.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -265,12 +266,7 @@ def test_mlflow_models_serve_answers_a_json_question_over_http(
         status, body = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": [{"question": "Who?"}]})
         assert status == 400 and "needs an id" in body["message"]
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        _stop(server)
 
 
 @pytest.fixture(scope="module")
