@@ -70,3 +70,28 @@ def test_streams_keep_bytes_as_they_are(tmp_path):
     assert (tmp_path / "x.bz2").read_bytes() == payload
     with open_input(str(tmp_path / "x.bz2")) as f:
         assert f.read() == payload
+
+
+def test_a_store_made_from_config_reaches_its_locations_and_pickles_without_printing_keys(tmp_path):
+    import pickle
+
+    from xh.config import load_config
+    from xh.storage import Store
+    from xh.tables import GRAPHS, IncompleteTableError
+
+    cfg = load_config(overrides=[f"storage.root={tmp_path}", "storage.s3_endpoint_url=http://127.0.0.1:9"])
+    store = Store.from_config(cfg)
+    assert store.s3.endpoint_url == "http://127.0.0.1:9" and store.root == str(tmp_path)
+    table = store.under_root("graphs", "hotpot")
+    assert table.uri == join(str(tmp_path), "graphs", "hotpot") and str(table) == table.uri
+    with pytest.raises(IncompleteTableError, match="no graphs at"):
+        table.require_complete("graphs")
+    with table.staged(kind=GRAPHS, stage="graphs") as stage:
+        store.at(stage.uri, "part-0.bin").write_bytes(b"rows")
+        stage.rows = 1
+    assert table.require_complete("graphs")["rows"] == 1 and table.marker()["kind"] == GRAPHS
+    assert table.join("part-0.bin").read_bytes() == b"rows" and table.files(".bin") == [table.uri + "/part-0.bin"]
+    assert not store.at(tmp_path, "nothing").exists()
+    secret = Store(root="s3://b/p", s3=S3Settings.from_env(ENV))
+    assert "s3cr3t" not in repr(secret.at("s3://b/p/x"))
+    assert pickle.loads(pickle.dumps(secret.at("s3://b/p/x"))) == secret.at("s3://b/p/x")
