@@ -140,42 +140,6 @@ def layout(config: str, rows: list[dict], tokenizer, args, encoder) -> dict:
     }
 
 
-def count_ops(fn) -> int:
-    """Operators dispatched from Python or autograd (not those they call inside), views left out."""
-    views = {
-        "view",
-        "transpose",
-        "permute",
-        "expand",
-        "unsqueeze",
-        "reshape",
-        "flatten",
-        "select",
-        "slice",
-        "detach",
-        "t",
-        "as_strided",
-        "squeeze",
-        "alias",
-        "narrow",
-        "_unsafe_view",
-        "unbind",
-        "view_as",
-        "expand_as",
-        "split",
-    }
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        fn()
-
-    def top_level(event) -> bool:
-        parent = event.cpu_parent
-        while parent is not None and not parent.name.startswith("aten::"):
-            parent = parent.cpu_parent
-        return parent is None
-
-    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name[6:] not in views and top_level(e))
-
-
 class Run:
     """One configuration with K hop layers: its model, optimizer and the figures of its epochs so far."""
 
@@ -236,6 +200,8 @@ class Run:
         later_cpu = statistics.mean(self.step_cpu[1:]) if len(self.step_cpu) > 1 else self.step_cpu[0]
         ops = None
         if self.args.count_ops:  # forward and backward of one more step, on the last batch
+            from xh.testing import count_ops
+
             ops = count_ops(lambda: self.forward_backward(self.last))
             self.optimizer.zero_grad(set_to_none=True)
         return {

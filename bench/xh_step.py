@@ -38,30 +38,6 @@ import torch
 DEFAULT_HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_train_sample500.json"
 
 
-def node_arrays(tokenizer, question: str, sentences: list[str], max_tokens: int) -> dict:
-    enc = tokenizer(
-        question,
-        "".join(sentences),
-        truncation="only_second",
-        max_length=max_tokens,
-        return_offsets_mapping=True,
-        return_token_type_ids=True,
-    )
-    in_paragraph = np.array([s == 1 for s in enc.sequence_ids()])
-    offsets = np.array(enc["offset_mapping"], np.int64)
-    offsets[~in_paragraph] = -1
-    starts = np.cumsum([0] + [len(s) for s in sentences])[:-1]
-    sentence_ids = np.where(in_paragraph, np.searchsorted(starts, offsets[:, 0], side="right") - 1, -1)
-    return {
-        "input_ids": np.array(enc["input_ids"], np.int64),
-        "token_type_ids": np.array(enc["token_type_ids"], np.int64),
-        "paragraph_mask": in_paragraph,
-        "offsets": offsets,
-        "sentence_ids": sentence_ids.astype(np.int64),
-        "num_sentences": int(sentence_ids.max()) + 1 if in_paragraph.any() else 0,
-    }
-
-
 def random_node(rng: np.random.Generator, max_tokens: int) -> dict:
     """Random ids shaped like a HotpotQA node: ~20 question tokens, 30-180 paragraph tokens in 2-5 sentences."""
     question, paragraph = int(rng.integers(10, 30)), int(rng.integers(30, 180))
@@ -84,11 +60,12 @@ def random_node(rng: np.random.Generator, max_tokens: int) -> dict:
 
 def build_graphs(tokenizer, hotpot: Path | None, count: int, max_tokens: int, seed: int):
     from xh.graph.encoded import EncodedGraph
+    from xh.testing import encode_node
 
     rng = np.random.default_rng(seed)
     if hotpot is not None and hotpot.is_file():
         records = json.loads(hotpot.read_text())[:count]
-        node_lists = [[node_arrays(tokenizer, r["question"], s, max_tokens) for _, s in r["context"]] for r in records]
+        node_lists = [[encode_node(tokenizer, r["question"], s, max_tokens) for _, s in r["context"]] for r in records]
         source = str(hotpot)
     else:
         node_lists = [[random_node(rng, max_tokens) for _ in range(10)] for _ in range(count)]

@@ -12,9 +12,7 @@ import math
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertModel
 
-from xh.backbones import resolve_backbone
 from xh.model.dochopper import (
     DocHopper,
     DocHopperConfig,
@@ -27,7 +25,6 @@ from xh.model.dochopper import (
     supporting_evidence,
     table_log_probs,
 )
-from xh.model.xh import load_tokenizer
 
 # --- the equations on hand cases ----------------------------------------------------------------------
 
@@ -160,23 +157,8 @@ def test_without_the_answer_in_a_supporting_sentence_the_datas_order_stands():
 
 
 @pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory) -> str:
-    folder = tmp_path_factory.mktemp("tiny_dochopper")
-    tokenizer = load_tokenizer(resolve_backbone(None))
-    config = BertConfig(
-        num_hidden_layers=2,
-        hidden_size=32,
-        num_attention_heads=2,
-        intermediate_size=64,
-        vocab_size=tokenizer.vocab_size,
-        max_position_embeddings=256,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+def tiny_backbone(make_tiny_backbone) -> str:
+    return make_tiny_backbone(layers=2, max_positions=256)
 
 
 def make_model(backbone: str, seed: int = 0, **overrides) -> DocHopper:

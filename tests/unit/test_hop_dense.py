@@ -16,6 +16,7 @@ import torch
 
 from xh.model.hop import DotProductHopAttention, GATHopAttention, HopGraph, HopStep
 from xh.model.scatter import segment_softmax, segment_sum
+from xh.testing import count_ops
 
 
 def edge_list_paper(attention: DotProductHopAttention, hubs: torch.Tensor, graph: HopGraph):
@@ -103,35 +104,6 @@ def test_hubs_at_given_positions_are_the_only_tokens_changed():
     torch.testing.assert_close(out.view(12, 16)[hubs], expected[:, 0])
     untouched = torch.ones(12, dtype=torch.bool).index_fill_(0, hubs, False)
     assert torch.equal(out.view(12, 16)[untouched], rows.view(12, 16)[untouched])
-
-
-def count_ops(fn) -> int:
-    """Operators that torch dispatches from Python or autograd (not the ones they call inside), views left out:
-    on a GPU each launches at least one kernel."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        fn()
-
-    def top_level(event) -> bool:
-        parent = event.cpu_parent
-        while parent is not None and not parent.name.startswith("aten::"):
-            parent = parent.cpu_parent
-        return parent is None
-
-    views = {
-        "view",
-        "transpose",
-        "permute",
-        "expand",
-        "unsqueeze",
-        "reshape",
-        "flatten",
-        "select",
-        "slice",
-        "narrow",
-        "detach",
-        "t",
-    }
-    return sum(1 for e in prof.events() if e.name.startswith("aten::") and e.name[6:] not in views and top_level(e))
 
 
 def test_dense_hop_attention_runs_fewer_ops_than_the_edge_list_form():

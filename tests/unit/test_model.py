@@ -19,6 +19,7 @@ from xh.graph.encoded import EncodedGraph
 from xh.model import HopGraph, XHModel, collate, decode, pack_batches
 from xh.model.hop import DotProductHopAttention, GATHopAttention, HopStep
 from xh.model.scatter import segment_softmax
+from xh.testing import encode_node
 
 # --- fixtures and helpers -----------------------------------------------------------------------------
 
@@ -37,26 +38,6 @@ def tokenizer(backbone):
 def make_model(backbone: str, seed: int = 0, **overrides) -> XHModel:
     torch.manual_seed(seed)
     return XHModel.from_backbone(ModelConfig(backbone=backbone, **overrides))
-
-
-def encode_node(tokenizer, question: str, sentences: list[str]) -> dict:
-    """`[CLS] question [SEP] paragraph [SEP]` with paragraph mask, offsets and sentence ids."""
-    paragraph = "".join(sentences)
-    enc = tokenizer(question, paragraph, return_offsets_mapping=True, return_token_type_ids=True)
-    in_paragraph = np.array([s == 1 for s in enc.sequence_ids()])
-    offsets = np.array(enc["offset_mapping"], np.int64)
-    offsets[~in_paragraph] = -1
-    sentence_starts = np.cumsum([0] + [len(s) for s in sentences])[:-1]
-    sentence_ids = np.where(in_paragraph, np.searchsorted(sentence_starts, offsets[:, 0], side="right") - 1, -1)
-    return {
-        "input_ids": np.array(enc["input_ids"], np.int64),
-        "token_type_ids": np.array(enc["token_type_ids"], np.int64),
-        "paragraph_mask": in_paragraph,
-        "offsets": offsets,
-        "sentence_ids": sentence_ids.astype(np.int64),
-        "paragraph": paragraph,
-        "num_sentences": len(sentences),
-    }
 
 
 def token_span(node: dict, text: str) -> tuple[int, int]:
