@@ -2,6 +2,7 @@
 
     taskset -c 1 .venv/bin/python bench/synth.py --docs 1000000 5230000          # sampled shards, one core
     taskset -c 1 .venv/bin/python bench/synth.py --docs 5230000 --whole          # the whole world, one process
+    taskset -c 1 .venv/bin/python bench/synth.py --docs 5230000 --check-titles   # every title unique (names only)
 
 Per N, in this one process: `write_shard` of `--shards` shards of `--docs-per-shard` pages spread over the
 world (first, middle, ..., last but one; without FEVER pages, as `bench/scale.py` writes them: what
@@ -9,7 +10,9 @@ world (first, middle, ..., last but one; without FEVER pages, as `bench/scale.py
 questions and 5,000 claims: the driver's part). With `--whole`, every shard instead (what `write_world`
 does). Reports CPU seconds of the process (its bz2 threads included) and wall seconds of each part, CPU
 per page, peak RSS after the pages and at the end, and the whole world's CPU seconds at the sampled rate.
-One JSON line per N, each N in its own process. Pages are a function of (seed, index) alone, so sampled shards cost what any do.
+With `--check-titles`, instead: the title of every page (`xh.synth.title`'s path, no pages built), checked
+unique through sorted 64-bit hashes (any equal hashes are compared as titles). One JSON line per N, each
+N in its own process. Pages are a function of (seed, index) alone, so sampled shards cost what any do.
 """
 
 from __future__ import annotations
@@ -29,6 +32,38 @@ from xh.synth.writing import write_tasks_and_summary
 
 def peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def check_titles(num_docs: int, seed: int) -> dict:
+    """Every title of the world, unique? Hashes in a numpy array keep memory small at millions of pages."""
+    import numpy as np
+
+    from xh.synth.layout import _layout
+    from xh.synth.names import _name
+
+    spec = synth.WorldSpec(num_docs=num_docs, seed=seed)
+    layout = _layout(spec)
+    cpu, wall = time.process_time(), time.perf_counter()
+    hashes = np.fromiter((hash(_name(layout, i).title) for i in range(num_docs)), dtype=np.int64, count=num_docs)
+    order = np.argsort(hashes, kind="stable")
+    same = np.flatnonzero(hashes[order][1:] == hashes[order][:-1])
+    duplicates = [
+        (int(order[k]), int(order[k + 1]))
+        for k in same
+        if _name(layout, int(order[k])).title == _name(layout, int(order[k + 1])).title
+    ]
+    return {
+        "docs": num_docs,
+        "titles_checked": num_docs,
+        "equal_hashes": len(same),
+        "duplicate_titles": len(duplicates),
+        "duplicates_first": [[i, j, _name(layout, i).title] for i, j in duplicates[:5]],
+        "cpu_s": round(time.process_time() - cpu, 2),
+        "wall_s": round(time.perf_counter() - wall, 2),
+        "peak_rss_mib": peak_rss_mib(),
+        "load_avg_1min": round(os.getloadavg()[0], 1),
+        "cpus_allowed": len(os.sched_getaffinity(0)),
+    }
 
 
 def one_size(num_docs: int, args) -> dict:
@@ -76,12 +111,14 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=3, help="sampled shards per N")
     parser.add_argument("--docs-per-shard", type=int, default=10_000)
     parser.add_argument("--whole", action="store_true", help="write every shard (the whole world)")
+    parser.add_argument("--check-titles", action="store_true", help="only check that every title is unique")
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--work", default=None, help="folder for the temporary output")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)  # the child process of one N
     args = parser.parse_args()
     if args.one is not None:
-        print(json.dumps(one_size(args.one, args)), flush=True)
+        result = check_titles(args.one, args.seed) if args.check_titles else one_size(args.one, args)
+        print(json.dumps(result), flush=True)
         return
     # one process per N: a process's peak RSS is for its lifetime
     for num_docs in args.docs:
