@@ -14,6 +14,7 @@ import re
 import pytest
 
 from xh import synth
+from xh.config import load_config
 from xh.synth import words
 from xh.synth.layout import _MAX_ROUNDS, CITY_FIRST_ROUNDS, PERSON_SINGLE_ROUNDS, _layout, _NamePool
 from xh.synth.names import _name_in_pool
@@ -162,3 +163,11 @@ def test_questions_and_claims_at_hotpotqa_size():
             assert 0 <= k < len(context[title])
     claims = synth.make_claims(HOTPOT, 30, seed=0)
     assert len(claims) == 30 and {c["label"] for c in claims} == {"SUPPORTS", "REFUTES", "NOT ENOUGH INFO"}
+
+
+def test_config_allows_what_the_generator_builds():
+    """`synth.num_docs` is bounded where `xh.synth.MAX_DOCS` is: HotpotQA's size passes, past it does not."""
+    assert load_config(None, ["synth.num_docs=5230000"]).synth.num_docs == HOTPOT.num_docs
+    assert load_config(None, [f"synth.num_docs={synth.MAX_DOCS}"]).synth.num_docs == synth.MAX_DOCS
+    with pytest.raises(ValueError, match="less than or equal to 5500000"):
+        load_config(None, [f"synth.num_docs={synth.MAX_DOCS + 1}"])
