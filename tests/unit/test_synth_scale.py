@@ -21,14 +21,12 @@ from xh.synth.names import _name_in_pool
 
 pytestmark = pytest.mark.unit
 
-HOTPOT_SIZE = 5_230_000
-
 # --- identity: worlds up to 1,000,000 pages are unchanged ----------------------------------------
 
 # sha256 of `_fingerprint(...)` below (`_digest(case)`), computed with the generator as it was before
-# the pools were widened for worlds past 1,000,000 pages (MAX_DOCS was 1,000,000): this file's `_digest`
-# run against main's xh.synth at commits c2867b0 and e9102b1 (identical there), both giving these. A change here changes the science test's and the demo's
-# worlds and the committed figures made from them.
+# its pools were widened past 1,000,000 pages (when MAX_DOCS was 1,000,000): this file's `_digest` run
+# against main's xh.synth at commits c2867b0 and e9102b1 (the same code there) gave these. A change here
+# changes the science test's and the demo's worlds and the committed figures made from them.
 EXPECTED_DIGESTS = {
     "20 pages, seed 13, whole": "dbe5a8c65925f4b5004a77871a4626c09ab0a64f9e63fc91b430b42d73ad413b",
     "2,000 pages, seed 13, whole": "152853efa567aeb56e959af5f533f079a115f2de8cbbea199269d45ef8f844fb",
