@@ -57,7 +57,7 @@ class MlflowConfig(Section):
 
 
 class SynthConfig(Section):
-    num_docs: int = Field(2000, ge=20, le=1_000_000)
+    num_docs: int = Field(2000, ge=20, le=5_500_000)
     seed: int = 13
     docs_per_shard: int = Field(10_000, ge=1)
     num_questions: int = Field(400, ge=0)

@@ -65,9 +65,10 @@ def world(tmp_path_factory):
 # --- the spec -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [0, 19, -5, 1_000_001, 10**9])
+@pytest.mark.parametrize("bad", [0, 19, -5, 5_500_001, 10**9])
 def test_num_docs_out_of_range_is_a_clear_value_error(bad):
-    with pytest.raises(ValueError, match=r"between 20 and 1,000,000"):
+    assert synth.MAX_DOCS == 5_500_000  # HotpotQA's 5.23M abstracts fit
+    with pytest.raises(ValueError, match=r"between 20 and 5,500,000"):
         synth.WorldSpec(num_docs=bad)
 
 
@@ -77,7 +78,7 @@ def test_num_docs_must_be_an_int():
 
 
 def test_extreme_sizes_build():
-    for n in (20, 1_000_000):
+    for n in (20, 1_000_000, 5_230_000, synth.MAX_DOCS):
         spec = synth.WorldSpec(num_docs=n)
         counts = synth.kind_counts(spec)
         assert sum(counts.values()) == n and all(counts.values())
@@ -136,9 +137,10 @@ def test_titles_are_unique_at_200k_documents():
     assert len(set(titles)) == len(titles)
 
 
-def test_plain_names_of_different_sorts_never_collide():
-    """Round-0 names of every name pool, at the largest size: only deliberate reuse may repeat."""
-    layout = _layout(synth.WorldSpec(num_docs=1_000_000))
+@pytest.mark.parametrize("num_docs", [1_000_000, synth.MAX_DOCS])
+def test_plain_names_of_different_sorts_never_collide(num_docs):
+    """Round-0 names of every name pool, at the largest sizes: only deliberate reuse may repeat."""
+    layout = _layout(synth.WorldSpec(num_docs=num_docs))
     pools = [
         layout.persons,
         layout.cities,

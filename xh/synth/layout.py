@@ -30,6 +30,7 @@ from xh.synth.words import (
     FILM_NOUNS,
     FILM_YEARS,
     FIRST_NAMES,
+    MORE_COUNTRIES,
     OCCUPATIONS,
     ORG_FOUNDING_YEARS,
     SURNAMES,
@@ -41,7 +42,9 @@ from xh.synth.words import (
 # --------------------------------------------------------------------------------------------
 
 MIN_DOCS = 20
-MAX_DOCS = 1_000_000
+# HotpotQA's Wikipedia (5.23M abstracts) with room to spare; every name pool has enough rounds up
+# to here (`_pool` checks, a test checks at this size).
+MAX_DOCS = 5_500_000
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,9 @@ _SALT_PAGE, _SALT_COUNTRY, _SALT_QUESTIONS, _SALT_CLAIMS = 1, 2, 3, 4
 # q = order(m); base name scatter(q mod size), and round q // size. Round 0 names are plain; a
 # later round adds a Wikipedia-style disambiguator ("(born 1972)", ", Norway", "(1987 film)")
 # that is distinct for each round, so titles are unique and computable from the index alone.
+# Worlds past about 1.7M pages run out of the first disambiguators of people and cities; their
+# later rounds use forms no smaller world has ("(painter, born 1972)", ", Sweden"), so a pool's
+# slots, and every world that fits the first forms, are the same as before those forms existed.
 # --------------------------------------------------------------------------------------------
 
 
@@ -270,9 +276,11 @@ class _Layout:
 
 
 # How many rounds (distinct disambiguators) each naming style supports.
+PERSON_SINGLE_ROUNDS = 2 * min(len(OCCUPATIONS), BIRTH_YEARS[1])  # then "(painter, born 1972)"
+CITY_FIRST_ROUNDS = len(COUNTRIES) + 1  # then MORE_COUNTRIES
 _MAX_ROUNDS = {
-    "person": 2 * min(len(OCCUPATIONS), BIRTH_YEARS[1]),
-    "city": len(COUNTRIES) + 1,
+    "person": PERSON_SINGLE_ROUNDS + len(OCCUPATIONS) * BIRTH_YEARS[1],
+    "city": CITY_FIRST_ROUNDS + len(MORE_COUNTRIES),
     "university": ORG_FOUNDING_YEARS[1] + 1,
     "company": ORG_FOUNDING_YEARS[1] + 2,
     "city_film": FILM_YEARS[1] + 1,

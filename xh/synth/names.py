@@ -7,7 +7,8 @@
 
 Entity m of a name pool (`xh.synth.layout`) has a base name and a round; round 0 is the plain
 name, a later round adds a Wikipedia-style disambiguator ("(born 1972)", ", Norway",
-"(1987 film)") that is distinct for each round, so titles are unique.
+"(1987 film)") that is distinct for each round, so titles are unique. Only worlds past about 1.7M
+pages reach the forms after those ("(painter, born 1972)", ", Sweden").
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from xh.synth import words
-from xh.synth.layout import _SALT_COUNTRY, WorldSpec, _Layout, _layout, _NamePool, _pool_of, _unit
+from xh.synth.layout import (
+    _SALT_COUNTRY,
+    CITY_FIRST_ROUNDS,
+    PERSON_SINGLE_ROUNDS,
+    WorldSpec,
+    _Layout,
+    _layout,
+    _NamePool,
+    _pool_of,
+    _unit,
+)
 
 
 class Name(NamedTuple):
@@ -24,13 +35,20 @@ class Name(NamedTuple):
     title: str  # unique page title, with disambiguator where needed
     base: str  # the title without disambiguator: what the page's first sentence calls it
     short: str  # shortest usual surface form (a person's surname; else the base)
-    forced: tuple | None  # (attribute, value) the disambiguator commits the entity to
+    forced: tuple  # ((attribute, value), ...) the disambiguator commits the entity to; () if none
     shared: bool  # another entity (any kind) has the same base name
 
 
 def _forced_year(years: tuple[int, int], base: int, k: int) -> int:
     first, span = years
     return first + (base * 7 + 37 * k) % span
+
+
+def _round_country(base: int, round_: int) -> int:
+    """The country (index into ALL_COUNTRIES) that round `round_` >= 1 of city name `base` names."""
+    if round_ < CITY_FIRST_ROUNDS:
+        return (base + round_ - 1) % len(words.COUNTRIES)
+    return len(words.COUNTRIES) + (base + round_ - CITY_FIRST_ROUNDS) % len(words.MORE_COUNTRIES)
 
 
 def _city_stem(stem: int) -> str:
@@ -73,57 +91,64 @@ def _name_in_pool(layout: _Layout, pool: _NamePool, m: int) -> Name:
         first, last = words.FIRST_NAMES[base % len(words.FIRST_NAMES)], words.SURNAMES[base // len(words.FIRST_NAMES)]
         text = f"{first} {last}"
         if round_ == 0:
-            return Name(text, text, last, None, shared)
+            return Name(text, text, last, (), shared)
+        if round_ >= PERSON_SINGLE_ROUNDS:  # both: each (occupation, year) pair once per name
+            k = round_ - PERSON_SINGLE_ROUNDS
+            occupation = (base + k) % len(words.OCCUPATIONS)
+            year = _forced_year(words.BIRTH_YEARS, base, k // len(words.OCCUPATIONS))
+            forced = (("occupation", occupation), ("birth_year", year))
+            return Name(f"{text} ({words.OCCUPATIONS[occupation]}, born {year})", text, last, forced, shared)
         if round_ % 2:
             occupation = (base + round_ // 2) % len(words.OCCUPATIONS)
-            return Name(f"{text} ({words.OCCUPATIONS[occupation]})", text, last, ("occupation", occupation), shared)
+            forced = (("occupation", occupation),)
+            return Name(f"{text} ({words.OCCUPATIONS[occupation]})", text, last, forced, shared)
         year = _forced_year(words.BIRTH_YEARS, base, round_ // 2 - 1)
-        return Name(f"{text} (born {year})", text, last, ("birth_year", year), shared)
+        return Name(f"{text} (born {year})", text, last, (("birth_year", year),), shared)
     if style == "city":
         text = _city_base(base)
         if round_ == 0:
             t = pool.scatter.backward(base)  # round-0 cities are numbered by their slot
-            return Name(text, text, text, None, shared or _city_namesakes(layout, t) > 0)
-        country = (base + round_ - 1) % len(words.COUNTRIES)
-        return Name(f"{text}, {words.COUNTRIES[country][0]}", text, text, ("country", country), True)
+            return Name(text, text, text, (), shared or _city_namesakes(layout, t) > 0)
+        country = _round_country(base, round_)
+        return Name(f"{text}, {words.ALL_COUNTRIES[country][0]}", text, text, (("country", country),), True)
     if style in ("city_film", "city_band"):
         text = _city_base(_named_city_base(layout, base))
         label = "film" if style == "city_film" else "band"
         if round_ == 0:
-            return Name(f"{text} ({label})", text, text, None, True)
+            return Name(f"{text} ({label})", text, text, (), True)
         years = words.FILM_YEARS if label == "film" else words.BAND_YEARS
         year = _forced_year(years, base, round_ - 1)
         attr = "release_year" if label == "film" else "formation_year"
-        return Name(f"{text} ({year} {label})", text, text, (attr, year), True)
+        return Name(f"{text} ({year} {label})", text, text, ((attr, year),), True)
     if style in ("phrase_film", "phrase_band"):
         film = style == "phrase_film"
         text = _phrase(base, words.FILM_NOUNS if film else words.BAND_NOUNS, film)
         label = "film" if film else "band"
         if round_ == 0:
-            return Name(text, text, text, None, shared)
+            return Name(text, text, text, (), shared)
         if round_ == 1:
-            return Name(f"{text} ({label})", text, text, None, shared)
+            return Name(f"{text} ({label})", text, text, (), shared)
         years = words.FILM_YEARS if film else words.BAND_YEARS
         year = _forced_year(years, base, round_ - 2)
         attr = "release_year" if film else "formation_year"
-        return Name(f"{text} ({year} {label})", text, text, (attr, year), shared)
+        return Name(f"{text} ({year} {label})", text, text, ((attr, year),), shared)
     if style == "university":
         pattern, t = base % len(words.UNIVERSITY_PATTERNS), base // len(words.UNIVERSITY_PATTERNS)
         text = words.UNIVERSITY_PATTERNS[pattern].format(_city_base(_named_city_base(layout, t)))
         if round_ == 0:
-            return Name(text, text, text, None, shared)
+            return Name(text, text, text, (), shared)
         year = _forced_year(words.ORG_FOUNDING_YEARS, base, round_ - 1)
-        return Name(f"{text} (founded {year})", text, text, ("founding_year", year), shared)
+        return Name(f"{text} (founded {year})", text, text, (("founding_year", year),), shared)
     # company
     suffix, stem = base % len(words.COMPANY_SUFFIXES), base // len(words.COMPANY_SUFFIXES)
     stem_text = words.SURNAMES[stem] if stem < len(words.SURNAMES) else _city_stem(stem - len(words.SURNAMES))
     text = f"{stem_text} {words.COMPANY_SUFFIXES[suffix][0]}"  # short form: the stem ("Quinn")
     if round_ == 0:
-        return Name(text, text, stem_text, None, shared)
+        return Name(text, text, stem_text, (), shared)
     if round_ == 1:
-        return Name(f"{text} (company)", text, stem_text, None, shared)
+        return Name(f"{text} (company)", text, stem_text, (), shared)
     year = _forced_year(words.ORG_FOUNDING_YEARS, base, round_ - 2)
-    return Name(f"{text} (founded {year})", text, stem_text, ("founding_year", year), shared)
+    return Name(f"{text} (founded {year})", text, stem_text, (("founding_year", year),), shared)
 
 
 def _name(layout: _Layout, i: int) -> Name:
@@ -151,7 +176,7 @@ def _city_country(spec: WorldSpec, layout: _Layout, city_local: int) -> int:
     """Country of a city: cheap (a hash), so people born there can take its nationality."""
     base, round_ = layout.cities.slot(city_local)
     if round_:
-        return (base + round_ - 1) % len(words.COUNTRIES)  # as its title says
+        return _round_country(base, round_)  # as its title says
     # some countries have many more cities than others
     return int(len(words.COUNTRIES) * _unit(spec.seed, _SALT_COUNTRY, city_local) ** 1.7)
 

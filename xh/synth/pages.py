@@ -43,6 +43,7 @@ from xh.synth.layout import (
 )
 from xh.synth.names import Name, _check_index, _city_country, _name, _name_in_pool
 from xh.synth.words import (
+    ALL_COUNTRIES,
     BAND_GENRES,
     BAND_YEARS,
     BIRTH_YEARS,
@@ -164,7 +165,7 @@ def _person_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: rand
     first_index = layout.persons.slot(local)[0] % len(FIRST_NAMES)
     female = first_index < len(FEMALE_FIRST_NAMES)
     he, his = ("She", "her") if female else ("He", "his")
-    forced = dict([name.forced]) if name.forced else {}
+    forced = dict(name.forced)
     birth_year = forced.get("birth_year", BIRTH_YEARS[0] + rng.randrange(BIRTH_YEARS[1]))
     occupation = OCCUPATIONS[forced["occupation"]] if "occupation" in forced else rng.choice(OCCUPATIONS)
     counts = layout.counts
@@ -174,7 +175,7 @@ def _person_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: rand
         country = _city_country(spec, layout, city_local)
     else:
         country = rng.randrange(len(COUNTRIES))
-    demonym = COUNTRIES[country][1]
+    demonym = ALL_COUNTRIES[country][1]
 
     p = _ParagraphBuilder()
     p.add(
@@ -217,9 +218,9 @@ def _city_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random
     founded = CITY_FOUNDING_YEARS[0] + rng.randrange(CITY_FOUNDING_YEARS[1])
     settlement = rng.choice(SETTLEMENT_TYPES)
     p = _ParagraphBuilder()
-    p.add((f"{name.base} is {_article(settlement)} {settlement} in {COUNTRIES[country][0]}.",), ("country",))
+    p.add((f"{name.base} is {_article(settlement)} {settlement} in {ALL_COUNTRIES[country][0]}.",), ("country",))
     p.add((f"It was founded in {founded}.",), ("founding_year",))
-    attributes = {"country": COUNTRIES[country][0], "founding_year": founded, "settlement_type": settlement}
+    attributes = {"country": ALL_COUNTRIES[country][0], "founding_year": founded, "settlement_type": settlement}
     relations = {}
     if rng.random() < 0.5:
         other = _global_index(CITY, _skewed(rng, layout.counts[CITY], 2.0))
@@ -236,7 +237,7 @@ def _organisation_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng
     university, m = _split(local, UNIVERSITY_EVERY)
     pool = layout.universities if university else layout.companies
     name = _name_in_pool(layout, pool, m)
-    forced = dict([name.forced]) if name.forced else {}
+    forced = dict(name.forced)
     founded = forced.get("founding_year", ORG_FOUNDING_YEARS[0] + rng.randrange(ORG_FOUNDING_YEARS[1]))
     counts = layout.counts
     founder = _global_index(PERSON, _skewed(rng, counts[PERSON], 2.0))
@@ -285,7 +286,7 @@ def _organisation_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng
 def _film_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random.Random):
     city_named, m = _split(local, CITY_NAMED_FILM_EVERY)
     name = _name_in_pool(layout, layout.city_films if city_named else layout.phrase_films, m)
-    forced = dict([name.forced]) if name.forced else {}
+    forced = dict(name.forced)
     year = forced.get("release_year", FILM_YEARS[0] + rng.randrange(FILM_YEARS[1]))
     genre = rng.choice(FILM_GENRES)
     counts = layout.counts
@@ -316,7 +317,7 @@ def _film_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random
 def _band_page(spec: WorldSpec, layout: _Layout, i: int, local: int, rng: random.Random):
     city_named, m = _split(local, CITY_NAMED_BAND_EVERY)
     name = _name_in_pool(layout, layout.city_bands if city_named else layout.phrase_bands, m)
-    forced = dict([name.forced]) if name.forced else {}
+    forced = dict(name.forced)
     year = forced.get("formation_year", BAND_YEARS[0] + rng.randrange(BAND_YEARS[1]))
     genre = rng.choice(BAND_GENRES)
     counts = layout.counts
