@@ -76,7 +76,7 @@ def test_a_store_made_from_config_reaches_its_locations_and_pickles_without_prin
     import pickle
 
     from xh.config import load_config
-    from xh.storage import Store
+    from xh.store import Store
     from xh.tables import GRAPHS, IncompleteTableError
 
     cfg = load_config(overrides=[f"storage.root={tmp_path}", "storage.s3_endpoint_url=http://127.0.0.1:9"])
