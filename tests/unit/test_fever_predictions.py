@@ -121,7 +121,8 @@ def test_batch_scoring_table_is_paired_with_gold_by_id(tmp_path):
 def world(tmp_path_factory):
     """A generated world's FEVER pages as docs (the real wiki stage, in-process), and its claims file."""
     from xh import synth
-    from xh.wiki import process
+    from xh.stages import wiki
+    from xh.storage import Store
 
     tmp = tmp_path_factory.mktemp("fever-split")
     synth.write_world(
@@ -131,8 +132,8 @@ def world(tmp_path_factory):
         num_questions=4,
         num_claims=80,
     )
-    process.process_in_process(
-        "fever", process.input_files([str(tmp / "world" / "fever" / "wiki-pages")], "fever"), str(tmp / "tables")
+    wiki.write_tables(
+        Store().at(str(tmp / "tables")), [Store().at(str(tmp / "world" / "fever" / "wiki-pages"))], "fever", local=True
     )
     return tmp
 
