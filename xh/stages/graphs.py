@@ -62,7 +62,7 @@ def plan(cfg: XHConfig, store: Store) -> TaskPlan:
         p["tables"].require_complete("wiki tables", hint=": run `xh wiki process` first")
     if g.task == "hotpot" and g.setting == "retrieval":
         p["retrieval"].require_complete("retrieval output", hint=": run `xh retrieve run` first")
-    return make_plan(g, p["retrieval"].uri, p["tables"].uri, store.s3)
+    return make_plan(g, p["retrieval"], p["tables"])
 
 
 def build(cfg: XHConfig, store: Store, plan: TaskPlan) -> dict:
@@ -102,13 +102,12 @@ def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Locati
     import ray.data
     from ray.data import ActorPoolStrategy
 
-    s3 = output.s3
     shards = [
         {"shard": k, "items": json.dumps(plan.items[i : i + g.questions_per_file])}
         for k, i in enumerate(range(0, len(plan.items), g.questions_per_file))
     ]
     if plan.quarantined:  # records refused before graph building: one file, numbered after the shards
-        graph_store.write_shard(plan.quarantined, quarantine.uri, len(shards), schemas.QUARANTINE, s3)
+        graph_store.write_shard(plan.quarantined, quarantine, len(shards), schemas.QUARANTINE)
     per_shard: list[dict] = []
     make_builder = plan.make_builder
     routed = output.join(ROUTED)
@@ -127,12 +126,12 @@ def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Locati
                 batch_size=1,
                 compute=ActorPoolStrategy(size=workers),
                 num_cpus=g.cpus_per_worker,
-                fn_constructor_args=(make_builder, output.uri, quarantine.uri, g.tokenizer, g.max_node_tokens, s3),
+                fn_constructor_args=(make_builder, output, quarantine, g.tokenizer, g.max_node_tokens),
             )
             .take_all()
         )
     if plan.route is not None:
-        graph_store.clear_folder(routed.uri, s3)
+        graph_store.clear_folder(routed)
         fs, path = routed.fs_path()
         fs.delete_dir(path)
     if sum(r["items"] for r in per_shard) != len(plan.items):
@@ -152,24 +151,21 @@ def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Locati
     return summary
 
 
-def _route(plan: TaskPlan, shards: list[dict], routed: Location, g: GraphsConfig) -> str:
+def _route(plan: TaskPlan, shards: list[dict], routed: Location, g: GraphsConfig) -> Location:
     """Route the docs and links each shard needs to its folder under `routed` (`xh.graph.build.route_file`):
-    one Ray task per table file, each reading its file once; returns `routed`'s URI."""
+    one Ray task per table file, each reading its file once; returns `routed`."""
     import ray
 
-    s3 = routed.s3
     wanted = ray.put(shard_docs([json.loads(s["items"]) for s in shards]))
     task = ray.remote(num_cpus=g.cpus_per_worker)(route_file)
-    files = plan.route.files(s3)
+    files = plan.route.files()
     start = time.perf_counter()
-    rows = ray.get(
-        [task.remote(kind, uri, wanted, routed.uri, s3) for kind in ("docs", "links") for uri in files[kind]]
-    )
+    rows = ray.get([task.remote(kind, file, wanted, routed) for kind in ("docs", "links") for file in files[kind]])
     log(
         f"routed {sum(rows):,} docs and links rows from {sum(map(len, files.values()))} file(s) to {len(shards)} "
         f"shard(s) in {time.perf_counter() - start:.1f} s"
     )
-    return routed.uri
+    return routed
 
 
 def log_summary(summary: dict) -> None:
