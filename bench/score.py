@@ -45,14 +45,15 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
     from xh import synth
     from xh.config import load_config
     from xh.model import XHModel
-    from xh.wiki import process
+    from xh.stages import wiki
+    from xh.storage import Store
 
     spec = synth.WorldSpec(num_docs=num_docs, seed=5)
     synth.write_world(
         spec, synth.output_under(str(work / "world")), docs_per_shard=1000, num_questions=num_questions, num_claims=0
     )
-    process.process_in_process(
-        "hotpot", process.input_files([str(work / "world" / "wiki")], "hotpot"), str(work / "tables"), partitions=4
+    wiki.write_tables(
+        Store().at(str(work / "tables")), [Store().at(str(work / "world" / "wiki"))], "hotpot", partitions=4, local=True
     )
     base = [
         f"storage.root={work}",

@@ -38,6 +38,7 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     from xh.config import GraphsConfig
     from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
+    from xh.storage import Store
     from xh.tables import staged
 
     items, _ = read_distractor_questions(hotpot_file)
@@ -45,7 +46,7 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     train, dev = str(folder / "train"), str(folder / "dev")
     for uri, part in ((train, rows), (dev, rows[:4])):
         with staged(uri) as stage:  # marked complete, as `xh graphs build` leaves it: the trainer reads only those
-            store.write_shard(part, stage.uri, 0)
+            store.write_shard(part, Store().at(stage.uri), 0)
             stage.rows = len(part)
     return train, dev, len(rows)
 

@@ -155,13 +155,14 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
     import json
 
     from xh import synth
-    from xh.wiki import process
+    from xh.stages import wiki
+    from xh.storage import Store
 
     tmp = tmp_path_factory.mktemp("synth-tables")
     spec = synth.WorldSpec(num_docs=800, seed=3)
     synth.write_world(spec, synth.output_under(str(tmp / "world")), docs_per_shard=200, num_questions=60, num_claims=5)
-    files = process.input_files([str(tmp / "world" / "wiki")], "hotpot")
-    process.process_in_process("hotpot", files, str(tmp / "tables"), partitions=4)
+    dump = Store().at(str(tmp / "world" / "wiki"))
+    wiki.write_tables(Store().at(str(tmp / "tables")), [dump], "hotpot", partitions=4, local=True)
     return tmp / "tables", json.loads((tmp / "world" / "hotpot" / "questions.json").read_text())
 
 

@@ -43,8 +43,10 @@ import pyarrow.dataset as pads
 
 from workflows import graphs, rerank, retrieve, score, synth, train, wiki
 from workflows.common import init_ray, log, main, s3_settings
+from xh import locations
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
+from xh.stages import graphs as graph_stage
 from xh.storage import join, open_input, open_output, resolve
 from xh.tracking import flatten_numbers, redact, stage_run, tracking_uri_without_credentials
 
@@ -52,12 +54,12 @@ from xh.tracking import flatten_numbers, redact, stage_run, tracking_uri_without
 def check_against_truth(cfg: XHConfig, world: dict, tables: dict) -> dict:
     """Every generated page is a doc and every true hyperlink is a resolved row of `links`."""
     s3 = s3_settings(cfg)
-    summary_uri = join(synth.world_uri(cfg), "truth", "summary.json")
+    summary_uri = join(locations.world(cfg), "truth", "summary.json")
     with open_input(summary_uri, s3) as f:
         truth = json.loads(f.read())
     true_links = set()
     for relative in truth["paths"]["links"]:
-        with open_input(join(synth.world_uri(cfg), relative), s3) as f:
+        with open_input(join(locations.world(cfg), relative), s3) as f:
             for line in bz2.decompress(f.read()).splitlines():
                 row = json.loads(line)
                 true_links.add((row["source"], row["target"], row["anchor"], row["sentence"]))
@@ -135,9 +137,9 @@ def _held_out(cfg: XHConfig) -> tuple[list[dict], list[dict]]:
     """The world's questions that training held out (its dev split), and their graphs."""
     from xh.train.loop import in_dev_split
 
-    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
+    with open_input(join(locations.world(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
         questions = [q for q in json.loads(f.read()) if in_dev_split(q["_id"], cfg.train.dev_fraction)]
-    fs, path = resolve(graphs.paths(cfg)["output"], s3_settings(cfg))
+    fs, path = resolve(locations.graphs(cfg, graph_stage.folder(cfg.graphs), cfg.graphs.output), s3_settings(cfg))
     table = pads.dataset(path, filesystem=fs, format="parquet").to_table()
     dev = {q["_id"] for q in questions}
     return questions, [g for g in table.to_pylist() if g["qid"] in dev]
@@ -169,7 +171,7 @@ def train_question_classifier(cfg: XHConfig) -> dict:
     from xh.model.qtype import QuestionTypeClassifier, evaluate
     from xh.train.loop import in_dev_split
 
-    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
+    with open_input(join(locations.world(cfg), "hotpot", "questions.json"), s3_settings(cfg)) as f:
         questions = json.loads(f.read())
     split = {held: [q for q in questions if in_dev_split(q["_id"], cfg.train.dev_fraction) == held] for held in (0, 1)}
     classifier = QuestionTypeClassifier.train(
@@ -310,7 +312,7 @@ def _training_questions(cfg: XHConfig) -> str:
     from xh.train.loop import in_dev_split
 
     s3 = s3_settings(cfg)
-    with open_input(join(synth.world_uri(cfg), "hotpot", "questions.json"), s3) as f:
+    with open_input(join(locations.world(cfg), "hotpot", "questions.json"), s3) as f:
         questions = [q for q in json.loads(f.read()) if not in_dev_split(q["_id"], cfg.train.dev_fraction)]
     path = join(cfg.storage.root, "rerank", "train_questions.json")
     with open_output(path, s3) as out:
@@ -346,7 +348,7 @@ def _retrieve_config(cfg: XHConfig) -> XHConfig:
     """The demo retrieves for the world's own questions unless a question file was given."""
     update = {}
     if not cfg.retrieve.questions:
-        update["questions"] = join(synth.world_uri(cfg), "hotpot", "questions.json")
+        update["questions"] = join(locations.world(cfg), "hotpot", "questions.json")
     return cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)})
 
 
@@ -363,7 +365,7 @@ def run_fever(cfg: XHConfig) -> dict:
         stage = _stage_runner(stages)
         stage("synth", lambda: synth.run(cfg))
         fever_wiki = cfg.wiki.model_copy(
-            update={"format": "fever", "inputs": [join(synth.world_uri(cfg), "fever", "wiki-pages")]}
+            update={"format": "fever", "inputs": [join(locations.world(cfg), "fever", "wiki-pages")]}
         )
         stage("wiki", lambda: wiki.run(cfg.model_copy(update={"wiki": fever_wiki})))
         stage("claims", lambda: split_claims(cfg))
@@ -397,7 +399,7 @@ def split_claims(cfg: XHConfig) -> dict:
     claims without labels (the day's new claims for batch scoring)."""
     from xh.fever import write_claim_split
 
-    claims, s3, g = join(synth.world_uri(cfg), "fever", "claims.jsonl"), s3_settings(cfg), cfg.graphs
+    claims, s3, g = join(locations.world(cfg), "fever", "claims.jsonl"), s3_settings(cfg), cfg.graphs
     out = join(cfg.storage.root, "eval")
     paths = {"train": join(out, "train-claims.jsonl"), "test": join(out, "test-claims.jsonl")}
     counts = {
@@ -479,7 +481,7 @@ def _wiki_config(cfg: XHConfig) -> XHConfig:
     """The demo processes the world it just generated unless inputs were given."""
     if cfg.wiki.inputs:
         return cfg
-    return cfg.model_copy(update={"wiki": cfg.wiki.model_copy(update={"inputs": [join(synth.world_uri(cfg), "wiki")]})})
+    return cfg.model_copy(update={"wiki": cfg.wiki.model_copy(update={"inputs": [join(locations.world(cfg), "wiki")]})})
 
 
 if __name__ == "__main__":

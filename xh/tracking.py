@@ -112,9 +112,10 @@ def absolute_tracking(cfg: XHConfig) -> XHConfig:
     return cfg.model_copy(update={"mlflow": m.model_copy(update={"tracking_uri": uri, "artifact_location": location})})
 
 
-# Summary keys whose own keys are data, not names: quarantine reasons are free text (quotes, brackets)
-# that MLflow refuses in a metric name; a stage logs them as a file.
-NOT_METRICS = frozenset({"quarantine_reasons"})
+# Summary keys that are not measurements: quarantine reasons are data, free text (quotes, brackets) that
+# MLflow refuses in a metric name; `settings` (the graphs') are the configuration a stage ran with, which
+# its run holds as params. A stage logs both as files.
+NOT_METRICS = frozenset({"quarantine_reasons", "settings"})
 
 
 def flatten_numbers(tree: dict, prefix: str = "") -> dict[str, float]:

@@ -12,7 +12,9 @@ from xh import synth
 from xh.config import load_config
 from xh.graph.hotpot import NO_ANSWER
 from xh.graph.store import iter_graphs, read_graphs
-from xh.wiki import process
+from xh.stages import graphs as graph_stage
+from xh.stages import wiki
+from xh.storage import Store
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +33,8 @@ def world(tmp_path_factory):
         {"_id": "untyped", "question": questions[1]["question"], "answer": "yes"},  # yes/no: never short of an answer
     ]
     (root / "questions.json").write_text(json.dumps(questions))
-    process.process_in_process(
-        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=2
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(root / "world" / "wiki"))], "hotpot", partitions=2, local=True
     )
     return root
 
@@ -136,7 +138,7 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
         raise RuntimeError("interrupted midway")
 
     # graphs: every shard is written (to the staging folder), then the run fails
-    monkeypatch.setattr(graphs, "summarize", fails)
+    monkeypatch.setattr(graph_stage, "summarize", fails)
     with pytest.raises(RuntimeError, match="interrupted midway"):
         graphs.build(cfg)
     # retrieval: the new questions are written, then the candidates fail

@@ -9,7 +9,8 @@ from workflows import graphs
 from xh import synth
 from xh.config import load_config
 from xh.graph import store
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import Store
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +21,12 @@ def world(tmp_path_factory):
     synth.write_world(
         spec, synth.output_under(str(root / "world")), docs_per_shard=300, num_questions=10, num_claims=90
     )
-    process.process_in_process(
+    wiki.write_tables(
+        Store().at(str(root / "tables")),
+        [Store().at(str(root / "world" / "fever" / "wiki-pages"))],
         "fever",
-        process.input_files([str(root / "world" / "fever" / "wiki-pages")], "fever"),
-        str(root / "tables"),
         partitions=2,
+        local=True,
     )
     claims = (root / "world" / "fever" / "claims.jsonl").read_text().splitlines()
     claims += [

@@ -18,8 +18,9 @@ import pytest
 
 from xh.retrieval.bm25 import CorpusStats, search_shards
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, staged_index, write_manifest
+from xh.stages import wiki
+from xh.storage import Store
 from xh.tables import require_complete
-from xh.wiki import process
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["river town 17", "mountain castle 3", "forest bridge 250", "harbour tower 1999"]
@@ -36,7 +37,9 @@ def _tables(root: Path, docs: int, seed: int) -> None:
     dump = root / f"dump-{seed}"
     dump.mkdir(parents=True, exist_ok=True)
     (dump / "wiki_00.bz2").write_bytes(bz2.compress("\n".join(lines).encode()))
-    process.process_in_process("hotpot", [str(dump / "wiki_00.bz2")], str(root / "tables"), partitions=2)
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(dump / "wiki_00.bz2"))], "hotpot", partitions=2, local=True
+    )
 
 
 def _index_in_process(root: Path) -> None:

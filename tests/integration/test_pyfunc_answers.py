@@ -275,15 +275,15 @@ def fever_version(fever_docs, s3_endpoint, mlflow_server, tiny_backbone, tmp_pat
     from tests.unit.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
     from xh.graph.store import write_shard
-    from xh.storage import open_output
+    from xh.storage import Store, open_output
 
     docs = fever_docs(PAGES)
     tables = f"s3://xh-test/fever-tables-{uuid.uuid4().hex[:6]}"
-    write_shard(docs.to_pylist(), f"{tables}/docs", 0, docs.schema, s3_endpoint)
+    write_shard(docs.to_pylist(), Store(s3=s3_endpoint).at(f"{tables}/docs"), 0, docs.schema)
     rows, quarantined = FeverGraphBuilder(docs, FeverGraphSettings()).build([SOUL_FOOD, TELEMUNDO, UNVERIFIABLE])
     assert rows and not quarantined
     folder = str(tmp_path_factory.mktemp("fever-graphs") / "fever")
-    write_shard(rows, folder, 0)
+    write_shard(rows, Store().at(folder), 0)
     cfg = load_config(None, ["graphs.task=fever"])
     summary = {"task": "fever", "setting": "retrieval", "edge_mode": cfg.graphs.edge_mode}
     summary["settings"] = cfg.graphs.model_dump(

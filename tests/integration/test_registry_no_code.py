@@ -35,9 +35,10 @@ def graphs_folder(tmp_path_factory) -> str:
     """Three HotpotQA distractor graphs, built in this process (no Ray), as a graphs folder."""
     from tests.unit.test_hotpot_paper import distractor_rows
     from xh.graph.store import write_shard
+    from xh.storage import Store
 
     folder = tmp_path_factory.mktemp("graphs") / "hotpot"
-    write_shard(distractor_rows()[:2], str(folder), 0)
+    write_shard(distractor_rows()[:2], Store().at(str(folder)), 0)
     return str(folder)
 
 

@@ -19,8 +19,8 @@ from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.fanout import FanoutShards, layout_shard_bytes, same_results
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
-from xh.storage import upload_folder
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import Store, upload_folder
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def s3_world(tmp_path_factory, s3_endpoint):
     synth.write_world(
         synth.WorldSpec(num_docs=900, seed=3), synth.output_under(str(root / "world")), num_questions=60, num_claims=0
     )
-    process.process_in_process(
-        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=2
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(root / "world" / "wiki"))], "hotpot", partitions=2, local=True
     )
     prefix = f"s3://xh-test/fanout-{uuid.uuid4().hex[:8]}"
     tables, index = f"{prefix}/tables", f"{prefix}/index"
@@ -93,8 +93,12 @@ def test_xh_retrieve_run_with_a_shard_budget_writes_the_candidates_of_the_shared
     synth.write_world(
         synth.WorldSpec(num_docs=900, seed=4), synth.output_under(str(tmp_path / "world")), num_questions=50
     )
-    process.process_in_process(
-        "hotpot", process.input_files([str(tmp_path / "world" / "wiki")], "hotpot"), str(tmp_path / "tables"), 2
+    wiki.write_tables(
+        Store().at(str(tmp_path / "tables")),
+        [Store().at(str(tmp_path / "world" / "wiki"))],
+        "hotpot",
+        partitions=2,
+        local=True,
     )
     questions = tmp_path / "world" / "hotpot" / "questions.json"
     base = [f"storage.root={tmp_path}", f"retrieve.questions={questions}", "retrieve.shards=3"]

@@ -11,7 +11,8 @@ from xh.config import load_config
 from xh.retrieval.bm25 import ShardFileError
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.index import load_index
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import Store
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def world(tmp_path_factory):
         {"_id": "unknown", "question": "Zyxxqv plorbt?", "answer": "x", "type": "bridge"},
     ]
     (root / "questions.json").write_text(json.dumps(questions))
-    process.process_in_process(
-        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=4
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(root / "world" / "wiki"))], "hotpot", partitions=4, local=True
     )
     return root
 

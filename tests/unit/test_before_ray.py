@@ -16,8 +16,8 @@ import pytest
 
 from workflows.common import check_before_ray
 from xh.config import ConfigError, load_config
-from xh.storage import StorageSettingsError
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import StorageSettingsError, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 # what would give the stages an S3 endpoint, AWS or a tracking store other than the one a case sets
@@ -49,7 +49,9 @@ def _wiki_tables(root: Path) -> None:
     dump.mkdir(parents=True)
     line = json.dumps({"id": "1", "title": "Alpha", "text": ["Alpha is a page."], "text_with_links": ["Alpha."]})
     (dump / "wiki_00.bz2").write_bytes(bz2.compress(line.encode()))
-    process.process_in_process("hotpot", [str(dump / "wiki_00.bz2")], str(root / "tables"), partitions=1)
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(dump / "wiki_00.bz2"))], "hotpot", partitions=1, local=True
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from xh.graph.build import fever_plan
 from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import fever_gold, fever_prediction_file, predict_graphs
 from xh.model import XHModel, load_tokenizer
+from xh.storage import Store
 from xh.train.loop import fever_dev_metrics
 
 pytestmark = pytest.mark.unit
@@ -121,7 +122,7 @@ def test_batch_scoring_table_is_paired_with_gold_by_id(tmp_path):
 def world(tmp_path_factory):
     """A generated world's FEVER pages as docs (the real wiki stage, in-process), and its claims file."""
     from xh import synth
-    from xh.wiki import process
+    from xh.stages import wiki
 
     tmp = tmp_path_factory.mktemp("fever-split")
     synth.write_world(
@@ -131,8 +132,8 @@ def world(tmp_path_factory):
         num_questions=4,
         num_claims=80,
     )
-    process.process_in_process(
-        "fever", process.input_files([str(tmp / "world" / "fever" / "wiki-pages")], "fever"), str(tmp / "tables")
+    wiki.write_tables(
+        Store().at(str(tmp / "tables")), [Store().at(str(tmp / "world" / "fever" / "wiki-pages"))], "fever", local=True
     )
     return tmp
 
@@ -141,7 +142,7 @@ def _build(world, claims_file, split: str) -> list[dict]:
     settings = GraphsConfig(
         task="fever", questions=str(claims_file), claims_split=split, dev_fraction=0.3, test_fraction=0.3
     )
-    plan = fever_plan(settings, str(world / "tables"))
+    plan = fever_plan(settings, Store().at(str(world / "tables")))
     graphs, _, _ = plan.make_builder()(plan.items)
     return graphs
 

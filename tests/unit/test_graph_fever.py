@@ -15,7 +15,8 @@ import pytest
 from xh import schemas, synth
 from xh.fever import claim_rows, read_fever_claims
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, build_fever_graphs, evidence_recall
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import Store
 
 pytestmark = pytest.mark.unit
 
@@ -276,8 +277,8 @@ def fever_world(tmp_path_factory) -> tuple[pa.Table, list[dict]]:
     tmp = tmp_path_factory.mktemp("fever-world")
     spec = synth.WorldSpec(num_docs=400, seed=5)
     synth.write_world(spec, synth.output_under(str(tmp / "world")), docs_per_shard=200, num_questions=10, num_claims=90)
-    files = process.input_files([str(tmp / "world" / "fever" / "wiki-pages")], "fever")
-    process.process_in_process("fever", files, str(tmp / "tables"), partitions=2)
+    pages = Store().at(str(tmp / "world" / "fever" / "wiki-pages"))
+    wiki.write_tables(Store().at(str(tmp / "tables")), [pages], "fever", partitions=2, local=True)
     claims, bad = read_fever_claims(str(tmp / "world" / "fever" / "claims.jsonl"))
     assert bad == []
     return pq.read_table(tmp / "tables" / "docs", schema=schemas.DOCS), claims

@@ -1,32 +1,37 @@
-"""Stage summaries logged to MLflow: quarantine reasons are data, never metric names."""
+"""Stage summaries logged to MLflow: measurements only; quarantine reasons (data) and settings
+(configuration, the run's params) never become metric names."""
 
 from mlflow.utils.validation import _validate_metric_name
 
-from workflows.graphs import metrics
+from xh.config import GraphsConfig
 from xh.tracking import flatten_numbers
 
 REASONS = {"invalid record: 'context' is not a list [got str]": 1, 'no "answer" (span)': 1}
+# what the graphs stage records beside its counts (`xh.stages.graphs`): every setting it built with
+SETTINGS = GraphsConfig().model_dump(mode="json", exclude={"questions", "retrieval", "tables", "output", "quarantine"})
 
 
-def test_quarantine_reasons_with_quotes_and_brackets_never_become_metric_names():
+def test_the_graphs_summary_logs_its_counts_and_neither_its_reasons_nor_its_settings():
     summary = {
         "task": "hotpot",
         "graphs": 3,
         "quarantined": 2,
         "quarantine_reasons": REASONS,
+        "settings": SETTINGS,
         "nodes": {"mean": 6.5, "p50": 7},
     }
-    names = metrics(summary)
+    names = flatten_numbers(summary)
     assert names == {"graphs": 3, "quarantined": 2, "nodes.mean": 6.5, "nodes.p50": 7}
     for name in names:
         _validate_metric_name(name)  # raises MlflowException on an invalid name
 
 
-def test_the_demo_summary_flattens_to_names_mlflow_accepts_with_every_stage_quarantine_left_out():
-    """The demo logs `flatten_numbers` of all its stages at once: the graphs' and the question-type
-    classifier's reasons sit two levels down there."""
+def test_the_demo_summary_flattens_to_names_mlflow_accepts_with_every_stage_quarantine_and_setting_left_out():
+    """The demo logs `flatten_numbers` of all its stages at once: the graphs' reasons and settings, and the
+    question-type classifier's reasons, sit two levels down there."""
+    assert {"ir_keep", "seed", "max_node_tokens", "workers"} <= SETTINGS.keys()  # numbers: they would pass as metrics
     stages = {
-        "graphs": {"graphs": 3, "quarantined": 2, "quarantine_reasons": REASONS},
+        "graphs": {"graphs": 3, "quarantined": 2, "quarantine_reasons": REASONS, "settings": SETTINGS},
         "question_types": {
             "held_out_accuracy": 0.75,
             "quarantined": 1,

@@ -7,6 +7,7 @@ from xh import schemas
 from xh.config import GraphsConfig
 from xh.graph.build import route_file, shard_docs, shard_key
 from xh.graph.hotpot import HotpotGraphBuilder
+from xh.storage import Store
 
 
 def _item(position, doc_ids):
@@ -52,9 +53,9 @@ def test_each_shard_gets_its_docs_and_the_links_among_them_from_files_read_row_g
     pq.write_table(_links([("1", "2"), ("3", "1"), ("2", "3"), ("1", "1"), ("4", "1")]), tables / "links" / "l.parquet")
     routed = tmp_path / "routed"
     written = [
-        route_file("docs", str(tables / "docs" / "a.parquet"), wanted, str(routed)),
-        route_file("docs", str(tables / "docs" / "b.parquet"), wanted, str(routed)),
-        route_file("links", str(tables / "links" / "l.parquet"), wanted, str(routed)),
+        route_file("docs", Store().at(str(tables / "docs" / "a.parquet")), wanted, Store().at(str(routed))),
+        route_file("docs", Store().at(str(tables / "docs" / "b.parquet")), wanted, Store().at(str(routed))),
+        route_file("links", Store().at(str(tables / "links" / "l.parquet")), wanted, Store().at(str(routed))),
     ]
     assert written == [4, 0, 2]
     first, second = (routed / shard_key(s) for s in shards)

@@ -28,7 +28,8 @@ from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.fanout import FanoutShards, ShardGroup, same_results, shard_groups
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.retrieval.paths import PathScorer
-from xh.wiki import process
+from xh.stages import wiki
+from xh.storage import Store
 
 
 def build_index(tables: Path, index: Path, shards: int) -> None:
@@ -62,8 +63,8 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("shared")
     spec = synth.WorldSpec(num_docs=1200, seed=5)
     synth.write_world(spec, synth.output_under(str(root / "world")), docs_per_shard=400, num_questions=80, num_claims=0)
-    process.process_in_process(
-        "hotpot", process.input_files([str(root / "world" / "wiki")], "hotpot"), str(root / "tables"), partitions=3
+    wiki.write_tables(
+        Store().at(str(root / "tables")), [Store().at(str(root / "world" / "wiki"))], "hotpot", partitions=3, local=True
     )
     build_index(root / "tables", root / "index", shards=3)
     records = json.loads((root / "world" / "hotpot" / "questions.json").read_text())

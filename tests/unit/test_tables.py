@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from workflows.common import USER_ERRORS
+from xh.stages import wiki
+from xh.storage import Store
 from xh.tables import (
     GRAPHS,
     MARKER,
@@ -88,12 +90,14 @@ def _hotpot_dump(folder, titles):
         for i, t in enumerate(titles)
     ]
     (folder / "wiki_00.bz2").write_bytes(bz2.compress("\n".join(lines).encode()))
-    return [str(folder / "wiki_00.bz2")]
+    return [Store().at(str(folder / "wiki_00.bz2"))]
 
 
 def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monkeypatch):
     out = str(tmp_path / "tables")
-    first = process.process_in_process("hotpot", _hotpot_dump(tmp_path / "a", ["Alpha", "Beta"]), out, partitions=2)
+    first = wiki.write_tables(
+        Store().at(out), _hotpot_dump(tmp_path / "a", ["Alpha", "Beta"]), "hotpot", partitions=2, local=True
+    )
     assert require_complete(out)["rows"] == first["docs"] == 2
     before = {p: p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file()}
 
@@ -103,7 +107,7 @@ def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monk
     monkeypatch.setattr(process, "resolve_links", killed)
     files = _hotpot_dump(tmp_path / "b", ["Gamma", "Delta", "Epsilon"])
     with pytest.raises(RuntimeError, match="worker killed"):
-        process.process_in_process("hotpot", files, out, partitions=2)
+        wiki.write_tables(Store().at(out), files, "hotpot", partitions=2, local=True)
     assert {p: p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file()} == before
     assert require_complete(out)["rows"] == 2
 
@@ -111,7 +115,9 @@ def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monk
 def _wiki_tables(tmp_path) -> tuple[str, dict]:
     """Real wiki tables at <tmp>/tables, and their files' bytes."""
     out = str(tmp_path / "tables")
-    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "dump", ["Alpha", "Beta"]), out, partitions=2)
+    wiki.write_tables(
+        Store().at(out), _hotpot_dump(tmp_path / "dump", ["Alpha", "Beta"]), "hotpot", partitions=2, local=True
+    )
     return out, _files(tmp_path / "tables")
 
 
@@ -134,7 +140,7 @@ def test_an_output_pointed_at_another_kind_of_table_is_refused_and_the_table_kep
     assert "\n" not in message and "wiki tables" in message and "refusing" in message
     assert _files(tmp_path / "tables") == before
     # a table of its own kind is replaced as before
-    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "b", ["Gamma"]), out, partitions=2)
+    wiki.write_tables(Store().at(out), _hotpot_dump(tmp_path / "b", ["Gamma"]), "hotpot", partitions=2, local=True)
     assert require_complete(out)["rows"] == 1
 
 
@@ -165,7 +171,9 @@ def test_tables_marked_before_markers_named_kinds_are_known_by_their_layout(tmp_
     with pytest.raises(ForeignFolderError, match="names no kind"), staged(out, kind=GRAPHS):
         pytest.fail("replaced older wiki tables with graphs")
     assert _files(tmp_path / "tables") == before
-    process.process_in_process("hotpot", _hotpot_dump(tmp_path / "b", ["Gamma"]), out, partitions=2)  # wiki: its own
+    wiki.write_tables(
+        Store().at(out), _hotpot_dump(tmp_path / "b", ["Gamma"]), "hotpot", partitions=2, local=True
+    )  # wiki: its own
     assert require_complete(out)["kind"] == WIKI_TABLES
 
 

@@ -8,6 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
+from xh.stages import wiki
+from xh.storage import Store
 from xh.wiki import process
 
 
@@ -34,6 +36,13 @@ def mediawiki_dump(pages):
     )
 
 
+def _tables(out: str, dump, fmt: str, **settings) -> dict:
+    """The wiki stage's one sequence, every step in this process; the summary without its timings."""
+    summary = wiki.write_tables(Store().at(out), [Store().at(str(dump))], fmt, local=True, **settings)
+    assert all(summary.pop(key) >= 0 for key in wiki.TIMINGS)
+    return summary
+
+
 def table(root, name):
     return pads.dataset(f"{root}/{name}", format="parquet").to_table().to_pylist()
 
@@ -58,11 +67,11 @@ def hotpot_dump(tmp_path):
 
 
 def test_hotpot_dump_resolves_links_dedups_ids_and_counts_anchors(hotpot_dump):
-    files = process.input_files([str(hotpot_dump / "in")], "hotpot")
     out = str(hotpot_dump / "out")
-    summary = process.process_in_process("hotpot", files, out, partitions=3, rows_per_file=2)
+    summary = _tables(out, hotpot_dump / "in", "hotpot", partitions=3, rows_per_file=2)
 
     assert summary == {
+        "format": "hotpot",
         "files": 2,
         "records": 5,
         "skipped": 0,
@@ -73,6 +82,7 @@ def test_hotpot_dump_resolves_links_dedups_ids_and_counts_anchors(hotpot_dump):
         "redirects_unresolved": 0,
         "quarantined": 2,
         "duplicate_ids": 1,
+        "output": out,
     }
     assert summary["records"] == summary["docs"] + summary["redirects"] + summary["quarantined"]
     docs = {d["doc_id"]: d for d in table(out, "docs")}
@@ -105,7 +115,7 @@ def test_mediawiki_redirects_resolve_and_links_follow_them(tmp_path):
     ]
     (tmp_path / "dump.xml").write_text(mediawiki_dump(pages))
     out = str(tmp_path / "out")
-    summary = process.process_in_process("mediawiki", [str(tmp_path / "dump.xml")], out, partitions=4)
+    summary = _tables(out, tmp_path / "dump.xml", "mediawiki", partitions=4)
     assert (summary["docs"], summary["redirects"], summary["redirects_unresolved"]) == (2, 2, 1)
 
     redirects = {r["from_title"]: r["to_doc_id"] for r in table(out, "redirects")}
@@ -119,15 +129,14 @@ def test_mediawiki_redirects_resolve_and_links_follow_them(tmp_path):
 
 
 def test_a_rerun_replaces_its_tables(hotpot_dump):
-    files = process.input_files([str(hotpot_dump / "in")], "hotpot")
     out = str(hotpot_dump / "out")
-    first = process.process_in_process("hotpot", files, out, partitions=2)
-    second = process.process_in_process("hotpot", files, out, partitions=5)
+    first = _tables(out, hotpot_dump / "in", "hotpot", partitions=2)
+    second = _tables(out, hotpot_dump / "in", "hotpot", partitions=5)
     assert first == second and len(table(out, "docs")) == 3
 
 
 def test_missing_input_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
-        process.input_files([str(tmp_path / "nope")], "hotpot")
+        process.input_files([Store().at(str(tmp_path / "nope"))], "hotpot")
     with pytest.raises(FileNotFoundError, match="no input given"):
         process.input_files([], "hotpot")

@@ -1,11 +1,14 @@
 """Building the `graphs` table in shards: a task's plan, one shard's build, the stage's summary.
 
-    plan = make_plan(cfg.graphs, retrieval="runs/demo/retrieval", tables="runs/demo/tables")
-    build_shard = ShardBuilder(plan.make_builder, "runs/demo/graphs/hotpot", "runs/demo/graphs/quarantine/hotpot")
+    store = Store.from_config(cfg)
+    plan = make_plan(cfg.graphs, store.at("runs/demo/retrieval"), store.at("runs/demo/tables"))
+    build_shard = ShardBuilder(
+        plan.make_builder, store.at("runs/demo/graphs/hotpot"), store.at("runs/demo/graphs/quarantine/hotpot")
+    )
     per_shard = [build_shard(k, plan.items[i : i + 2000]) for k, i in enumerate(range(0, len(plan.items), 2000))]
     summary = summarize(len(plan.items), plan.quarantined, per_shard, max_node_tokens=512)
 
-`workflows.graphs` runs the same with one `ShardBuilder` per Ray actor, one shard per call.
+`xh.stages.graphs` runs the same with one `ShardBuilder` per Ray actor, one shard per call.
 
 A plan (`TaskPlan`) holds a task's inputs, one JSON-able item per question, and a factory, run once
 per builder, of the function that turns a list of items into (graph rows, quarantine rows, flag
@@ -53,7 +56,7 @@ from xh.graph.hotpot import (
     read_distractor_questions,
 )
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, join, list_files, resolve
+from xh.storage import Location
 
 # items -> (GRAPHS rows, QUARANTINE rows, counted flags)
 ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]
@@ -71,10 +74,13 @@ class TaskPlan:
 class Route:
     """The tables whose rows a plan's shards need, routed to `<routed>/<shard_key>/{docs,links}/` first."""
 
-    tables: str
+    tables: Location
 
-    def files(self, s3: S3Settings | None = None) -> dict[str, list[str]]:
-        return {name: list_files(join(self.tables, name), s3, suffix=".parquet") for name in ("docs", "links")}
+    def files(self) -> dict[str, list[Location]]:
+        return {
+            name: [self.tables.store.at(f) for f in self.tables.join(name).files(suffix=".parquet")]
+            for name in ("docs", "links")
+        }
 
 
 def shard_key(items: list[dict]) -> str:
@@ -92,12 +98,12 @@ def shard_docs(shards: list[list[dict]]) -> pa.Table:
     return pa.table({"doc_id": pa.array(doc_ids, pa.string()), "shard": pa.array(keys, pa.string())})
 
 
-def route_file(kind: str, uri: str, wanted: pa.Table, routed: str, s3: S3Settings | None = None) -> int:
+def route_file(kind: str, source: Location, wanted: pa.Table, routed: Location) -> int:
     """One docs or links file -> the rows each shard needs, as `<routed>/<shard>/<kind>/<file>.parquet`.
 
     Docs: the shard's documents. Links: those between two documents of the same shard (the only ones
     its graphs can use). Read a row group at a time; returns the rows written."""
-    fs, path = resolve(uri, s3)
+    fs, path = source.fs_path()
     reader = pq.ParquetFile(fs.open_input_file(path))
     columns = (
         ["doc_id", "title", "sentences"] if kind == "docs" else ["src_doc_id", "target_doc_id", "anchor", "sentence"]
@@ -116,8 +122,7 @@ def route_file(kind: str, uri: str, wanted: pa.Table, routed: str, s3: S3Setting
     found = pa.concat_tables(pieces) if pieces else pa.table({c: [] for c in [*columns, "shard"]})
     name = path.rsplit("/", 1)[-1]
     for key in pc.unique(found["shard"]).to_pylist():
-        folder = join(routed, key, kind)
-        _, out = resolve(folder, s3)
+        _, out = routed.join(key, kind).fs_path()
         fs.create_dir(out, recursive=True)
         pq.write_table(
             found.filter(pc.equal(found["shard"], key)).drop_columns(["shard"]), f"{out}/{name}", filesystem=fs
@@ -125,12 +130,13 @@ def route_file(kind: str, uri: str, wanted: pa.Table, routed: str, s3: S3Setting
     return found.num_rows
 
 
-def make_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Settings | None = None) -> TaskPlan:
-    """The plan of `settings.task`: `retrieval` holds the retrieve stage's output, `tables` the docs and links."""
+def make_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -> TaskPlan:
+    """The plan of `settings.task`: `retrieval` holds the retrieve stage's output, `tables` the docs and links
+    (question and claim files, `settings.questions`, are read through the same store)."""
     if settings.task == "hotpot":
-        return hotpot_plan(settings, retrieval, tables, s3)
+        return hotpot_plan(settings, retrieval, tables)
     if settings.task == "fever":
-        return fever_plan(settings, tables, s3)
+        return fever_plan(settings, tables)
     raise ConfigError(f"graphs.task={settings.task!r} has no graph builder yet (built: fever, hotpot)")
 
 
@@ -158,17 +164,17 @@ def _distractor_builder(settings: GraphsConfig, source: str) -> ShardBuild:
     return build
 
 
-def _retrieval_builder(settings: GraphsConfig, s3: S3Settings | None, source: str, routed: str) -> ShardBuild:
+def _retrieval_builder(settings: GraphsConfig, source: str, routed: Location) -> ShardBuild:
     def build(items: list[dict]):
         # this shard's docs and links only, routed to its folder (`route_file`); a shard none of whose
         # documents exist has no folder
-        folder = join(routed, shard_key(items))
-        fs, path = resolve(folder, s3)
+        folder = routed.join(shard_key(items))
+        fs, path = folder.fs_path()
         doc_ids = {c["doc_id"] for item in items for c in item["candidates"]}
         if fs.get_file_info(f"{path}/docs").type.name == "NotFound":
             builder = HotpotGraphBuilder({}, {}, settings)
         else:
-            builder = HotpotGraphBuilder.load(folder, doc_ids, settings, s3)
+            builder = HotpotGraphBuilder.load(folder.uri, doc_ids, settings, folder.s3)
         questions = [i["question"] for i in items]
         outcomes = builder.build_many(questions, {i["question"]["qid"]: i["candidates"] for i in items})
         return _outcome_rows(items, outcomes, source)
@@ -176,16 +182,16 @@ def _retrieval_builder(settings: GraphsConfig, s3: S3Settings | None, source: st
     return build
 
 
-def hotpot_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Settings | None = None) -> TaskPlan:
+def hotpot_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -> TaskPlan:
     """HotpotQA questions in `settings.setting`: with their contexts (`settings.questions`), or with their candidates."""
     if settings.setting == "distractor":
         if not settings.questions:
             raise FileNotFoundError("no questions given: set graphs.questions (a HotpotQA file with contexts)")
-        items, quarantined = read_distractor_questions(settings.questions, s3)
+        items, quarantined = read_distractor_questions(settings.questions, tables.s3)
         plan_items = [{"position": i.position, "question": i.question, "context": i.context} for i in items]
         return TaskPlan(plan_items, quarantined, partial(_distractor_builder, settings, settings.questions))
 
-    fs, root = resolve(retrieval, s3)
+    fs, root = retrieval.fs_path()
     for name in ("questions", "candidates"):
         if fs.get_file_info(f"{root}/{name}").type.name == "NotFound":
             raise FileNotFoundError(f"no {name} under {retrieval}: run `xh retrieve run` first")
@@ -209,15 +215,15 @@ def hotpot_plan(settings: GraphsConfig, retrieval: str, tables: str, s3: S3Setti
     items = [
         {"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)
     ]
-    builder = partial(_retrieval_builder, settings, s3, join(retrieval, "questions"))
+    builder = partial(_retrieval_builder, settings, retrieval.join("questions").uri)
     return TaskPlan(items, [], builder, route=Route(tables))
 
 
 # --- FEVER -----------------------------------------------------------------------------------
 
 
-def _fever_builder(tables: str, settings: FeverGraphSettings, s3: S3Settings | None) -> ShardBuild:
-    builder = FeverGraphBuilder.load(tables, settings, s3)  # the page index, once per actor
+def _fever_builder(tables: Location, settings: FeverGraphSettings) -> ShardBuild:
+    builder = FeverGraphBuilder.load(tables.uri, settings, tables.s3)  # the page index, once per actor
 
     def build(items: list[dict]):
         claims = [i["claim"] for i in items]
@@ -233,7 +239,7 @@ def _fever_builder(tables: str, settings: FeverGraphSettings, s3: S3Settings | N
     return build
 
 
-def fever_plan(settings: GraphsConfig, tables: str, s3: S3Settings | None = None) -> TaskPlan:
+def fever_plan(settings: GraphsConfig, tables: Location) -> TaskPlan:
     """FEVER claims (`graphs.questions`, a FEVER JSON-lines file) over the docs of `xh wiki process --format fever`.
 
     `graphs.require_answer` plays its HotpotQA part, "training labels required": gold evidence
@@ -244,7 +250,7 @@ def fever_plan(settings: GraphsConfig, tables: str, s3: S3Settings | None = None
     """
     if not settings.questions:
         raise FileNotFoundError("no claims given: set graphs.questions (a FEVER claims file, JSON lines)")
-    claims, quarantined = read_fever_claims(settings.questions, s3)
+    claims, quarantined = read_fever_claims(settings.questions, tables.s3)
     items = [{"position": n, "claim": c} for n, c in enumerate(claims, start=1)]
     split = settings.claims_split
     if split != "all":  # one split: claims of the other splits are not this build's input
@@ -255,7 +261,7 @@ def fever_plan(settings: GraphsConfig, tables: str, s3: S3Settings | None = None
     fever_settings = FeverGraphSettings(
         gold_evidence=gold_first, reranker=settings.sentence_reranker, rerank_pool=settings.sentence_rerank_pool
     )
-    return TaskPlan(items, quarantined, partial(_fever_builder, tables, fever_settings, s3))
+    return TaskPlan(items, quarantined, partial(_fever_builder, tables, fever_settings))
 
 
 # --- one shard -------------------------------------------------------------------------------
@@ -270,14 +276,13 @@ class ShardBuilder:
     def __init__(
         self,
         make_builder: Callable[[], ShardBuild],
-        output: str,
-        quarantine: str,
+        output: Location,
+        quarantine: Location,
         tokenizer: str | None = None,
         max_node_tokens: int = 512,
-        s3: S3Settings | None = None,
     ):
         self.build = make_builder()
-        self.output, self.quarantine, self.s3, self.max_node_tokens = output, quarantine, s3, max_node_tokens
+        self.output, self.quarantine, self.max_node_tokens = output, quarantine, max_node_tokens
         self.tokenizer = None
         if tokenizer:
             from transformers import AutoTokenizer
@@ -289,9 +294,9 @@ class ShardBuilder:
         so that the counts of a shard are one flat row)."""
         graphs, quarantined, flags = self.build(items)
         if graphs:
-            store.write_shard(graphs, self.output, shard, schemas.GRAPHS, self.s3)
+            store.write_shard(graphs, self.output, shard, schemas.GRAPHS)
         if quarantined:
-            store.write_shard(quarantined, self.quarantine, shard, schemas.QUARANTINE, self.s3)
+            store.write_shard(quarantined, self.quarantine, shard, schemas.QUARANTINE)
         stats = [graph_stats(g) for g in graphs]
         tokens, answer_kept = [], []
         if self.tokenizer is not None:

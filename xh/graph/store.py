@@ -1,6 +1,6 @@
 """The `graphs` table on storage: shards written by graph builders, read back without the corpus.
 
-    write_shard(graph_rows, "runs/demo/graphs/hotpot", shard=3)          # -> part-00003.parquet
+    write_shard(graph_rows, store.at("runs/demo/graphs/hotpot"), shard=3)  # -> part-00003.parquet
     for row in iter_graphs("runs/demo/graphs/hotpot"):                     # GRAPHS rows as dicts
         encoded = encode_graph(row, tokenizer, 512)
     read_graphs("runs/demo/graphs/hotpot").iter_rows()                     # the same as a Ray dataset
@@ -25,28 +25,25 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.jsonfiles import InputFileError
-from xh.storage import S3Settings, join, resolve
+from xh.storage import Location, S3Settings, join, resolve
 
 
 def shard_name(shard: int) -> str:
     return f"part-{shard:05d}.parquet"
 
 
-def write_shard(
-    rows: list[dict], folder: str, shard: int, schema: pa.Schema = schemas.GRAPHS, s3: S3Settings | None = None
-) -> str:
+def write_shard(rows: list[dict], folder: Location, shard: int, schema: pa.Schema = schemas.GRAPHS) -> str:
     """Write rows (cast to `schema`) as one Parquet file of `folder`; returns its URI."""
-    uri = join(folder, shard_name(shard))
-    fs, path = resolve(uri, s3)
-    _, parent = resolve(folder, s3)
-    fs.create_dir(parent, recursive=True)
+    file = folder.join(shard_name(shard))
+    fs, path = file.fs_path()
+    fs.create_dir(folder.fs_path()[1], recursive=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, filesystem=fs)
-    return uri
+    return file.uri
 
 
-def clear_folder(folder: str, s3: S3Settings | None = None) -> None:
+def clear_folder(folder: Location) -> None:
     """Create `folder`, or empty it: a rebuild never mixes shards of two runs."""
-    fs, path = resolve(folder, s3)
+    fs, path = folder.fs_path()
     fs.create_dir(path, recursive=True)
     fs.delete_dir_contents(path)
 

@@ -1,8 +1,8 @@
 """Wikipedia dump files -> the docs / links / redirects / anchors / quarantine tables.
 
-The work comes in two halves, each a set of independent calls that the driver
-(`workflows/wiki.py`) spreads over Ray workers and a plain loop can run too (the
-benchmark's baseline does):
+The work comes in two halves, each a set of independent calls that the stage
+(`xh.stages.wiki`) spreads over Ray workers, or runs one after the other in its own process
+(`local=True`: tests, and the benchmark's baseline):
 
 1. `stage_file` — once per input file: read it with the reader of its format, write its docs and
    quarantined records straight to the output tables, and *stage* what needs the whole corpus:
@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.storage import S3Settings, list_files, list_paths, open_input, resolve
+from xh.storage import Location, list_paths
 from xh.wiki.readers import read_records
 from xh.wiki.records import ReadCounts
 
@@ -149,11 +149,12 @@ def read_folder(fs, folder: str, schema: pa.Schema) -> pa.Table:
 
 
 def stage_file(
-    fmt: str, uri: str, file_index: int, output: str, partitions: int, rows_per_file: int, s3: S3Settings | None = None
+    fmt: str, source: Location, file_index: int, output: Location, partitions: int, rows_per_file: int
 ) -> dict[str, Any]:
     """Read one dump file: docs and quarantine rows to the output, the rest staged by partition."""
     start = time.perf_counter()
-    fs, root = resolve(output, s3)
+    uri = source.uri
+    fs, root = output.fs_path()
     stem = f"part-{file_index:05d}"
     docs = TableWriter(fs, f"{root}/docs", stem, schemas.DOCS, rows_per_file)
     quarantine = TableWriter(fs, f"{root}/quarantine", stem, schemas.QUARANTINE, rows_per_file)
@@ -165,7 +166,7 @@ def stage_file(
     }
     counts = ReadCounts()
     links = 0
-    with open_input(uri, s3) as stream:
+    with source.open_input() as stream:
         for record in read_records(fmt, stream, uri, counts):
             if record.kind == "doc":
                 docs.add(record.row())
@@ -208,9 +209,9 @@ def _first_by(table: pa.Table, key: str, value: str) -> dict[str, str]:
     return dict(zip(grouped[key].to_pylist(), grouped[f"{value}_min"].to_pylist()))
 
 
-def resolve_titles(output: str, p: int, partitions: int, rows_per_file: int, s3: S3Settings | None = None) -> dict:
+def resolve_titles(output: Location, p: int, partitions: int, rows_per_file: int) -> dict:
     """Round 1 for partition p: duplicate doc ids, and redirects -> target docs (written) and aliases (staged)."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     ids = _staged(fs, root, "ids", p)
     per_id = ids.group_by("doc_id").aggregate([("file_index", "min"), ("file_index", "count")])
     repeated = per_id.filter(pc.greater(per_id["file_index_count"], 1))
@@ -243,11 +244,9 @@ def resolve_titles(output: str, p: int, partitions: int, rows_per_file: int, s3:
     }
 
 
-def resolve_links(
-    output: str, p: int, partitions: int, rows_per_file: int, first_file: dict[str, int], s3: S3Settings | None = None
-) -> dict:
+def resolve_links(output: Location, p: int, partitions: int, rows_per_file: int, first_file: dict[str, int]) -> dict:
     """Round 2 for partition p: link targets -> doc ids (written); anchor counts staged by surface."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     doc_of = _first_by(_staged(fs, root, "aliases", p), "title", "doc_id")
     doc_of.update(_first_by(_staged(fs, root, "titles", p), "title", "doc_id"))  # a page beats a redirect
     links = _staged(fs, root, "links", p)
@@ -280,9 +279,9 @@ def resolve_links(
     return {"links": links.num_rows, "missing_links": target.null_count}
 
 
-def count_anchors(output: str, p: int, rows_per_file: int, s3: S3Settings | None = None) -> dict:
+def count_anchors(output: Location, p: int, rows_per_file: int) -> dict:
     """Round 3 for partition p: anchor counts summed per (surface, doc)."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     partial = _staged(fs, root, "anchors", p)
     total = (
         partial.group_by(["surface", "doc_id"])
@@ -296,15 +295,10 @@ def count_anchors(output: str, p: int, rows_per_file: int, s3: S3Settings | None
 
 
 def drop_duplicate_docs(
-    output: str,
-    file_index: int,
-    later: list[tuple[str, int]],
-    source: str,
-    rows_per_file: int,
-    s3: S3Settings | None = None,
+    output: Location, file_index: int, later: list[tuple[str, int]], source: str, rows_per_file: int
 ) -> int:
     """Rewrite the docs of one input file without the later copies `later` [(doc_id, position)]; quarantine them."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     stem = f"part-{file_index:05d}"
     paths = [p for p in list_paths(fs, f"{root}/docs") if p.rsplit("/", 1)[-1].startswith(stem)]
     docs = pa.concat_tables(pq.read_table(p, filesystem=fs, schema=schemas.DOCS) for p in paths)
@@ -340,30 +334,30 @@ def group_later_copies(rounds: list[dict]) -> dict[int, list[tuple[str, int]]]:
     return dict(by_file)
 
 
-def input_files(uris: list[str], fmt: str, s3: S3Settings | None = None) -> list[str]:
-    """The files of a dump: each URI is a file or a folder (searched recursively; hidden files skipped)."""
-    if not uris:
+def input_files(inputs: list[Location], fmt: str) -> list[Location]:
+    """The files of a dump: each input is a file or a folder (searched recursively; hidden files skipped)."""
+    if not inputs:
         raise FileNotFoundError("no input given: set wiki.inputs (or pass --input)")
-    files: list[str] = []
-    for uri in uris:
-        found = [f for f in list_files(uri, s3) if not f.rsplit("/", 1)[-1].startswith((".", "_"))]
+    files: list[Location] = []
+    for where in inputs:
+        found = [f for f in where.files() if not f.rsplit("/", 1)[-1].startswith((".", "_"))]
         if not found:
-            raise FileNotFoundError(f"no {fmt} dump files under {uri}")
-        files.extend(found)
+            raise FileNotFoundError(f"no {fmt} dump files under {where}")
+        files.extend(where.store.at(f) for f in found)
     return files
 
 
-def clear_output(output: str, s3: S3Settings | None = None) -> None:
+def clear_output(output: Location) -> None:
     """A run replaces the tables it writes (and any staging left by a failed run)."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     for name in (*TABLES, STAGING):
         fs.create_dir(f"{root}/{name}", recursive=True)
         fs.delete_dir_contents(f"{root}/{name}")
 
 
-def finish(output: str, s3: S3Settings | None = None) -> None:
+def finish(output: Location) -> None:
     """Drop the staging area; a table that got no rows still gets one empty file, so it can be read."""
-    fs, root = resolve(output, s3)
+    fs, root = output.fs_path()
     fs.delete_dir(f"{root}/{STAGING}")
     for name in TABLES:
         if not list_paths(fs, f"{root}/{name}"):
@@ -388,41 +382,3 @@ def summarize(files: list[dict], titles: list[dict], links: list[dict], duplicat
     if summary["records"] != summary["docs"] + summary["redirects"] + summary["quarantined"]:
         raise RuntimeError(f"records lost: {summary}")
     return summary
-
-
-def process_in_process(
-    fmt: str,
-    files: list[str],
-    output: str,
-    partitions: int = 8,
-    rows_per_file: int = 250_000,
-    s3: S3Settings | None = None,
-) -> dict:
-    """Every step in this process, one after the other: the same work the Ray driver spreads out.
-
-    Written to a staging sibling and swapped into place with its `_complete.json` (`xh.tables.staged`):
-    a run that fails leaves the previous tables as they were."""
-    from xh.tables import WIKI_TABLES, staged
-
-    with staged(output, s3, kind=WIKI_TABLES, stage="wiki", inputs={"format": fmt, "files": files}) as stage:
-        summary = _process_all(fmt, files, stage.uri, partitions, rows_per_file, s3)
-        stage.rows = summary["docs"]
-    return summary
-
-
-def _process_all(
-    fmt: str, files: list[str], output: str, partitions: int, rows_per_file: int, s3: S3Settings | None
-) -> dict:
-    clear_output(output, s3)
-    per_file = [stage_file(fmt, uri, k, output, partitions, rows_per_file, s3) for k, uri in enumerate(files)]
-    titles = [resolve_titles(output, p, partitions, rows_per_file, s3) for p in range(partitions)]
-    first_file = {d: f for r in titles for d, f in r["first_file"].items()}
-    links = [resolve_links(output, p, partitions, rows_per_file, first_file, s3) for p in range(partitions)]
-    for p in range(partitions):
-        count_anchors(output, p, rows_per_file, s3)
-    duplicates = sum(
-        drop_duplicate_docs(output, k, later, files[k], rows_per_file, s3)
-        for k, later in group_later_copies(titles).items()
-    )
-    finish(output, s3)
-    return summarize(per_file, titles, links, duplicates)
