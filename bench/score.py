@@ -46,7 +46,7 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
     from xh.config import load_config
     from xh.model import XHModel
     from xh.stages import wiki
-    from xh.storage import Store
+    from xh.store import Store
 
     spec = synth.WorldSpec(num_docs=num_docs, seed=5)
     synth.write_world(

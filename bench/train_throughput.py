@@ -38,7 +38,7 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     from xh.config import GraphsConfig
     from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
-    from xh.storage import Store
+    from xh.store import Store
     from xh.tables import staged
 
     items, _ = read_distractor_questions(hotpot_file)

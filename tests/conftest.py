@@ -156,7 +156,7 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
 
     from xh import synth
     from xh.stages import wiki
-    from xh.storage import Store
+    from xh.store import Store
 
     tmp = tmp_path_factory.mktemp("synth-tables")
     spec = synth.WorldSpec(num_docs=800, seed=3)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from workflows.common import init_ray, main
 from xh.config import XHConfig
 from xh.stages import graphs
-from xh.storage import Store
+from xh.store import Store
 
 
 def build(cfg: XHConfig, store: Store | None = None) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from workflows.common import init_ray, main
 from xh.config import XHConfig
 from xh.stages import synth
-from xh.storage import Store
+from xh.store import Store
 
 
 def run(cfg: XHConfig) -> dict:

@@ -14,7 +14,7 @@ from xh.graph.hotpot import NO_ANSWER
 from xh.graph.store import iter_graphs, read_graphs
 from xh.stages import graphs as graph_stage
 from xh.stages import wiki
-from xh.storage import Store
+from xh.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 from xh.retrieval.bm25 import CorpusStats, search_shards
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, staged_index, write_manifest
 from xh.stages import wiki
-from xh.storage import Store
+from xh.store import Store
 from xh.tables import require_complete
 
 ROOT = Path(__file__).resolve().parents[2]

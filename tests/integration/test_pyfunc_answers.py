@@ -275,7 +275,8 @@ def fever_version(fever_docs, s3_endpoint, mlflow_server, tiny_backbone, tmp_pat
     from tests.unit.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
     from xh.graph.store import write_shard
-    from xh.storage import Store, open_output
+    from xh.storage import open_output
+    from xh.store import Store
 
     docs = fever_docs(PAGES)
     tables = f"s3://xh-test/fever-tables-{uuid.uuid4().hex[:6]}"

@@ -12,7 +12,7 @@ from xh.retrieval.bm25 import ShardFileError
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.index import load_index
 from xh.stages import wiki
-from xh.storage import Store
+from xh.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import pytest
 from workflows.common import check_before_ray
 from xh.config import ConfigError, load_config
 from xh.stages import wiki
-from xh.storage import StorageSettingsError, Store
+from xh.storage import StorageSettingsError
+from xh.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 # what would give the stages an S3 endpoint, AWS or a tracking store other than the one a case sets

@@ -18,7 +18,7 @@ from xh.graph.build import fever_plan
 from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import fever_gold, fever_prediction_file, predict_graphs
 from xh.model import XHModel, load_tokenizer
-from xh.storage import Store
+from xh.store import Store
 from xh.train.loop import fever_dev_metrics
 
 pytestmark = pytest.mark.unit

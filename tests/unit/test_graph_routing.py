@@ -7,7 +7,7 @@ from xh import schemas
 from xh.config import GraphsConfig
 from xh.graph.build import route_file, shard_docs, shard_key
 from xh.graph.hotpot import HotpotGraphBuilder
-from xh.storage import Store
+from xh.store import Store
 
 
 def _item(position, doc_ids):

@@ -10,7 +10,7 @@ import pytest
 
 from workflows.common import USER_ERRORS
 from xh.stages import wiki
-from xh.storage import Store
+from xh.store import Store
 from xh.tables import (
     GRAPHS,
     MARKER,

@@ -56,7 +56,7 @@ from xh.graph.hotpot import (
     read_distractor_questions,
 )
 from xh.schemas import RAW_LIMIT
-from xh.storage import Location
+from xh.store import Location
 
 # items -> (GRAPHS rows, QUARANTINE rows, counted flags)
 ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.jsonfiles import InputFileError
-from xh.storage import Location, S3Settings, join, resolve
+from xh.storage import S3Settings, join, resolve
+from xh.store import Location
 
 
 def shard_name(shard: int) -> str:

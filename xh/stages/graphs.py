@@ -26,7 +26,8 @@ from xh import locations, schemas
 from xh.config import GraphsConfig, XHConfig
 from xh.graph import store as graph_store
 from xh.graph.build import ShardBuilder, TaskPlan, make_plan, route_file, shard_docs, summarize
-from xh.storage import Location, Store, join
+from xh.storage import join
+from xh.store import Location, Store
 from xh.tables import GRAPHS, GRAPHS_QUARANTINE, check_replaceable
 from xh.tracking import flatten_numbers
 

@@ -13,7 +13,7 @@ from functools import partial
 
 from xh import locations, synth
 from xh.config import XHConfig
-from xh.storage import Location, Store
+from xh.store import Location, Store
 
 log = logging.getLogger("xh.synth").info
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from xh import locations
 from xh.config import XHConfig
-from xh.storage import Location, Store
+from xh.store import Location, Store
 from xh.tables import WIKI_TABLES, check_replaceable
 from xh.wiki import process
 

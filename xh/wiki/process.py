@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.storage import Location, list_paths
+from xh.storage import list_paths
+from xh.store import Location
 from xh.wiki.readers import read_records
 from xh.wiki.records import ReadCounts
 
