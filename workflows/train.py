@@ -23,7 +23,7 @@ from xh.graph.store import require_graphs
 from xh.storage import is_s3, join, resolve
 from xh.tracking import absolute_tracking
 from xh.train.batching import BatchLayout, plan_token_batches
-from xh.train.loop import train_loop_per_worker
+from xh.train.loop import injected_failure_env, train_loop_per_worker
 from xh.train.split import dev_missed, in_dev_split, split_record
 from xh.train.state import MODEL_DIR, read_progress
 from xh.train.worker import checkpoint_folder, plan_steps
@@ -190,6 +190,7 @@ def fit(cfg: XHConfig) -> dict:
                 checkpoint_score_order="max",
             ),
             failure_config=FailureConfig(max_failures=cfg.train.max_failures),
+            worker_runtime_env=injected_failure_env(),
         ),
         datasets={"train": train_ds, "dev": dev_ds},
         dataset_config=ray.train.DataConfig(datasets_to_split=["train"]),
