@@ -18,9 +18,6 @@ A saved folder (local or s3://); loading it reads JSON and safetensors only, nev
     model.safetensors    every tensor of the model; the backbone's under `backbone.`
     config.json          the backbone's transformers config   } absent when the backbone is not saved
     tokenizer files      tokenizer.json, vocab.txt, ...       } (a question-type head on its own)
-
-The layout before this one (the head in `head.safetensors`, the backbone in a `backbone/` folder) is
-refused in one line: nothing writes it any more.
 """
 
 from __future__ import annotations
@@ -38,7 +35,6 @@ from xh.storage import S3Settings, download_folder, is_s3, upload_folder
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-EARLIER_HEAD_FILE = "head.safetensors"  # the layout before this one: refused, with what to do
 
 
 class NotASavedModel(FileNotFoundError, ValueError):
@@ -150,11 +146,6 @@ def _load_local(directory: Path, name: str, config_file: str, format: str, versi
         found = f"format {config.get('format')!r} version {config.get('version')!r}"
         raise ValueError(f"{name}/{config_file}: unsupported {found}")
     if not (directory / WEIGHTS_FILE).is_file():
-        if (directory / EARLIER_HEAD_FILE).is_file():
-            raise NotASavedModel(
-                f"{name} is a {what} saved in an earlier layout ({EARLIER_HEAD_FILE}, backbone/), "
-                "which is no longer read: train it again"
-            )
         raise NotASavedModel(f"{name} is not a saved {what} (no {WEIGHTS_FILE})")
     weights = load_file(str(directory / WEIGHTS_FILE))
     backbone_config, tokenizer = None, None
