@@ -167,16 +167,14 @@ def injected_failure_env() -> dict:
 def _inject_failure_once(step: int, storage_dir: str) -> None:
     """Testing: the rank-0 worker process dies at step `$XH_TRAIN_FAIL_AT_STEP`, once per run (a marker
     next to the checkpoints remembers)."""
-    from xh.storage import join, open_output, resolve
+    from xh.storage import Store
 
     if os.environ.get(FAIL_AT_STEP_ENV) != str(step):
         return
-    marker = join(storage_dir, FAILURE_MARKER)
-    fs, path = resolve(marker)
-    if fs.get_file_info(path).type.name != "NotFound":
+    marker = Store().at(storage_dir, FAILURE_MARKER)  # a worker reaches S3 with its environment's settings
+    if marker.exists():
         return
-    with open_output(marker) as out:
-        out.write(f"failed at step {step}\n".encode())
+    marker.write_bytes(f"failed at step {step}\n".encode())
     os._exit(1)  # a dead worker process, as a crashed node would leave
 
 
