@@ -62,7 +62,7 @@ from xh.staging import (
     with_quarantine,
     write_quarantine,
 )
-from xh.storage import join, resolve
+from xh.storage import Store, join, resolve
 from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
@@ -525,7 +525,8 @@ def run(cfg: XHConfig) -> dict:
             }
         )
         mlflow.log_dict(summary, "score_summary.json")
-        log_scoring_lineage(digests, paths["partition"], summary["partition_rows"], s3)  # inputs and partition
+        partition = Store.from_config(cfg).at(paths["partition"])
+        log_scoring_lineage(digests, partition, summary["partition_rows"])  # inputs and partition
         summary["mlflow_run_id"] = mlflow_run.info.run_id
     return summary
 

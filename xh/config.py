@@ -379,7 +379,6 @@ class TrainConfig(Section):
         "f1", description="dev metric that ranks checkpoints (hotpot: f1, em, joint_f1; fever: fever_score)"
     )
     max_failures: int = Field(0, ge=-1, description="worker-group restarts Ray Train allows (-1: unlimited)")
-    fail_at_step: int | None = Field(None, ge=1, description="testing: the rank-0 worker dies once at this step")
     register_as: str | None = Field("xh-hotpot", description="registered model name; None: do not register")
     alias: str = Field("challenger", description="alias the new version gets")
     attention_figures: bool = Field(True, description="log the paper's Fig. 2 hop-attention histograms")

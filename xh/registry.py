@@ -400,8 +400,11 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
     Returns {"uri", "rows", "missed", "dataset"}: the set's description, its graph rows, the ids of its
     questions without a graph (misses), and its lineage (`xh.tracking.dataset_ref`)."""
     from xh.graph.store import quarantined_qids, read_eval_set
+    from xh.storage import Store
     from xh.tracking import dataset_ref
     from xh.train.split import dev_set, dev_uri, recorded_split, shared_questions
+
+    store = Store(s3=s3) if s3 else Store()  # reaches the recorded folders
 
     run_id = mlflow.MlflowClient().get_model_version(name, version).run_id or ""
     record = recorded_split(run_id)
@@ -412,14 +415,14 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
                 f"{what} has no recorded training split (its run {run_id or '(none)'} has no split.json): "
                 "name held-out graphs with promote.eval_set (--eval-set)"
             )
-        rows, missed = dev_set(record, s3)
+        rows, missed = dev_set(record, store)
         uri, folder = dev_uri(record), record["dev_graphs"] or record["graphs"]
         profile = {"split": "dev", "dev_fraction": record["dev_fraction"], "question_types": record["question_types"]}
     else:
         rows, missed = read_eval_set(eval_set, s3), quarantined_qids(eval_set, s3)
         if record is not None:
             qids = {r["qid"] for r in rows}
-            shared = shared_questions(record, qids, s3)
+            shared = shared_questions(record, qids, store)
             if shared:
                 raise ConfigError(
                     f"promote.eval_set {eval_set} shares {shared} of its {len(qids)} questions with the training "
@@ -433,7 +436,7 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
         "folder": folder,
         "rows": rows,
         "missed": missed,
-        "dataset": dataset_ref(folder, "eval-set", profile, s3=s3),
+        "dataset": dataset_ref(store.at(folder), "eval-set", profile),
     }
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
-from xh.storage import S3Settings, is_s3
+from xh.storage import Location, S3Settings, is_s3
 
 
 def _artifact_uri(location: str) -> str:
@@ -253,11 +253,11 @@ def _digest(parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:DIGEST_CHARS]
 
 
-def files_fingerprint(uri: str, s3: S3Settings | None = None) -> list[tuple[str, int, int]]:
-    """(path inside `uri`, size, modification time in ns) of a file or of every file under a folder."""
-    from xh.storage import list_paths, resolve
+def files_fingerprint(where: Location) -> list[tuple[str, int, int]]:
+    """(path inside `where`, size, modification time in ns) of a file or of every file under a folder."""
+    from xh.storage import list_paths
 
-    fs, path = resolve(uri, s3)
+    fs, path = where.fs_path()
     info = fs.get_file_info(path)
     if info.type.name == "NotFound":
         return []
@@ -269,11 +269,11 @@ def files_fingerprint(uri: str, s3: S3Settings | None = None) -> list[tuple[str,
     )
 
 
-def dataset_ref(uri: str, name: str, profile: dict, digest_of=None, s3: S3Settings | None = None) -> dict:
+def dataset_ref(where: Location, name: str, profile: dict, digest_of=None) -> dict:
     """A plain description of one dataset a run used (it travels to Ray workers as it is): its source URI, its
-    name, a digest of `digest_of` (default: the files under `uri`) and `profile` (row counts, the split)."""
-    parts = files_fingerprint(uri, s3) if digest_of is None else digest_of
-    return {"uri": redact(uri), "name": name, "digest": _digest([parts, profile]), "profile": dict(profile)}
+    name, a digest of `digest_of` (default: the files under `where`) and `profile` (row counts, the split)."""
+    parts = files_fingerprint(where) if digest_of is None else digest_of
+    return {"uri": redact(where.uri), "name": name, "digest": _digest([parts, profile]), "profile": dict(profile)}
 
 
 def _dataset(ref: dict):
@@ -309,14 +309,17 @@ def log_datasets(refs_by_context: list[tuple[dict, str]], run_id: str | None = N
     mlflow.MlflowClient().log_inputs(run_id or mlflow.active_run().info.run_id, datasets=inputs)
 
 
-def log_scoring_lineage(inputs: dict[str, str], partition: str, rows: int, s3: S3Settings | None = None) -> None:
+def log_scoring_lineage(inputs: dict[str, str], partition: Location, rows: int) -> None:
     """Scoring's lineage in its active run: each input file it scored (URI and content digest, context
     `scoring`) and the predictions partition it published into (its rows afterwards, context `predictions`)."""
     from pathlib import PurePosixPath
 
     refs = [
-        (dataset_ref(uri, PurePosixPath(uri).name, {"content_digest": digest}, digest_of=digest), "scoring")
-        for uri, digest in inputs.items()
+        (
+            dataset_ref(partition.store.at(uri), PurePosixPath(uri).name, {"content_digest": d}, digest_of=d),
+            "scoring",
+        )
+        for uri, d in inputs.items()
     ]
-    refs.append((dataset_ref(partition, "predictions", {"num_rows": rows}, s3=s3), "predictions"))
+    refs.append((dataset_ref(partition, "predictions", {"num_rows": rows}), "predictions"))
     log_datasets(refs)

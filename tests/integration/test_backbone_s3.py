@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import TEST_BUCKET
 from xh.backbones import resolve_backbone
+from xh.storage import Store
 
 pytestmark = pytest.mark.integration
 
@@ -20,15 +21,16 @@ def test_an_s3_backbone_is_downloaded_once_and_loads(s3_endpoint, minilm_path, t
         with fs.open_output_stream(f"{TEST_BUCKET}/models/minilm/{local.name}") as out:
             out.write(local.read_bytes())
 
-    folder = resolve_backbone(f"s3://{TEST_BUCKET}/models/minilm/", s3_endpoint)
+    store = Store(s3=s3_endpoint)
+    folder = resolve_backbone(f"s3://{TEST_BUCKET}/models/minilm/", store)
     assert Path(folder).is_relative_to(tmp_path / "cache") and (Path(folder) / ".complete").exists()
     assert {p.name for p in files} <= {p.name for p in Path(folder).iterdir()}
     assert AutoConfig.from_pretrained(folder).hidden_size == AutoConfig.from_pretrained(minilm_path).hidden_size
     assert AutoTokenizer.from_pretrained(folder)("hop attention")["input_ids"][0] == 101
 
     stamp = (Path(folder) / "config.json").stat().st_mtime_ns
-    assert resolve_backbone(f"s3://{TEST_BUCKET}/models/minilm", s3_endpoint) == folder  # same folder, no copy
+    assert resolve_backbone(f"s3://{TEST_BUCKET}/models/minilm", store) == folder  # same folder, no copy
     assert (Path(folder) / "config.json").stat().st_mtime_ns == stamp
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        resolve_backbone(f"s3://{TEST_BUCKET}/models/none", s3_endpoint)
+        resolve_backbone(f"s3://{TEST_BUCKET}/models/none", store)

@@ -13,6 +13,15 @@ import pyarrow.dataset as pads
 import pytest
 
 from xh.config import load_config
+from xh.train.loop import FAIL_AT_STEP_ENV
+
+
+@pytest.fixture
+def worker_dies_at_step_3(monkeypatch):
+    """Fault injection: the rank-0 Train worker kills its process once at step 3. An environment variable of
+    this (driver) process, which the trainer hands its workers (`xh.train.loop.injected_failure_env`): the
+    workers are processes of the cluster, out of a monkeypatch's reach."""
+    monkeypatch.setenv(FAIL_AT_STEP_ENV, "3")
 
 
 def _config(root: Path, graphs: str, backbone: str, cluster, tracking: str, overrides: list[str]):
@@ -38,7 +47,7 @@ def _config(root: Path, graphs: str, backbone: str, cluster, tracking: str, over
 
 @pytest.mark.timeout(900)  # two Train runs (the second resumes the finished run); the session fixtures may start here
 def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_that_loads_by_alias(
-    world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path
+    world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint, tmp_path, worker_dies_at_step_3
 ):
     """One Ray Train run checks both: two workers on two nodes with checkpoints on S3, registered by
     alias; and a worker killed mid-run, resumed from the checkpoint with exactly the planned steps."""
@@ -57,7 +66,6 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
             "train.placement_strategy=SPREAD",
             "train.max_steps=6",
             "train.eval_every=2",
-            "train.fail_at_step=3",
             "train.max_failures=1",
             f"train.run_name=xh-test-{uuid.uuid4().hex[:6]}",
             "train.batching=tokens",  # graphs packed into 16 rows of 128 tokens: workers' batch counts differ
@@ -116,7 +124,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
 
 @pytest.mark.gpu
 def test_on_a_gpu_token_batches_train_in_bf16_checkpoint_and_resume_after_a_failure(
-    world_graphs, tiny_backbone, ray_cluster, mlflow_server, tmp_path
+    world_graphs, tiny_backbone, ray_cluster, mlflow_server, tmp_path, worker_dies_at_step_3
 ):
     from workflows.train import fit
 
@@ -135,7 +143,6 @@ def test_on_a_gpu_token_batches_train_in_bf16_checkpoint_and_resume_after_a_fail
             "train.encode_processes=1",
             "train.max_steps=6",
             "train.eval_every=2",
-            "train.fail_at_step=3",
             "train.max_failures=1",
             "train.register_as=null",
         ],

@@ -1,4 +1,4 @@
-"""The step plan of a training run (`workflows.train.step_plan`), from a Ray dataset of real HotpotQA
+"""The step plan of a training run (`xh.train.batching.step_plan`), from a Ray dataset of real HotpotQA
 graphs (the shared sample, distractor setting) on the session cluster."""
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ def test_token_batching_plans_from_tokens_alone_even_when_batch_graphs_exceeds_t
     of graph batches, never one of token batches."""
     import ray.data
 
-    from workflows.train import step_plan
     from xh.graph.encode import encode_graphs
     from xh.model import load_tokenizer
-    from xh.train.batching import plan_token_batches
+    from xh.train.batching import plan_token_batches, step_plan
 
     backbone = make_tiny_backbone(layers=2)
     settings = [f"model.backbone={backbone}", "model.max_node_tokens=96", f"train.batch_graphs={2 * GRAPHS}"]

@@ -163,13 +163,14 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
 
 def test_separate_training_joins_a_model_per_type_and_weights_their_dev_metrics(backbone, tmp_path, monkeypatch):
     """`train.question_types=separate`: one fit per type (Ray Train's part is stood in for), one routed folder."""
-    import workflows.train
+    from xh.stages import train
+    from xh.storage import Store
 
     fits = []
 
-    def fake_fit(cfg):
-        kind = cfg.train.question_types
-        fits.append((kind, cfg.train.run_name))
+    def fake_fit(job):
+        kind = job.cfg.train.question_types
+        fits.append((kind, job.cfg.train.run_name))
         folder = make_model(backbone, seed=len(fits), hop_layers=1).save_pretrained(tmp_path / kind)
         dev = {"bridge": (3, 1, 0.5), "comparison": (1, 0, 1.0)}[kind]  # graphs, missed, em
         metrics = {"dev_graphs": dev[0], "dev_missed": dev[1], "dev_em": dev[2]}
@@ -182,9 +183,10 @@ def test_separate_training_joins_a_model_per_type_and_weights_their_dev_metrics(
             "dev_graphs": 3,
         }
 
-    monkeypatch.setattr(workflows.train, "fit", fake_fit)
+    monkeypatch.setattr(train, "fit", fake_fit)
     cfg = load_config(None, ["train.question_types=separate", "train.run_name=xh"])
-    outcome = workflows.train.fit_separate(cfg)
+    store = Store.from_config(cfg)
+    outcome = train.fit_separate(train.Job(cfg, store, store.at("graphs"), None, store.at(str(tmp_path))))
     assert fits == [("bridge", "xh-bridge"), ("comparison", "xh-comparison")]
     assert outcome["metrics"] == {"dev_em": (4 * 0.5 + 1 * 1.0) / 5, "dev_graphs": 4, "dev_missed": 1}
     assert outcome["runs"] == {"bridge": "run-bridge", "comparison": "run-comparison"}
@@ -238,18 +240,26 @@ def test_quarantine_ids_are_read_from_raw_records_even_truncated(tmp_path):
     assert quarantined_qids(str(tmp_path / "elsewhere")) == []
 
     # what the training driver hands its workers: the dev split's misses and the table's settings
-    from workflows.train import dev_misses, dev_source, graph_settings
+    from xh.stages.train import Job
+    from xh.storage import Store
+    from xh.train.data import dev_source, graph_settings
     from xh.train.loop import in_dev_split, log_graph_settings
+    from xh.train.split import dev_missed
+
+    def job(cfg, folder):  # the job `Job.of` makes, less its checks of a complete graphs table
+        store = Store.from_config(cfg)
+        at = store.at(folder)
+        return Job(cfg, store, at, dev_source(cfg, at), store.at(str(tmp_path / "train")))
 
     cfg = load_config(None, ["train.dev_fraction=0.5"])
-    assert dev_source(cfg, str(graphs), None) is None  # HotpotQA without train.dev_graphs: a split
-    assert dev_misses(cfg, str(graphs), None, None) == [q for q in ['q"7', "a1", "c9"] if in_dev_split(q, 0.5)]
+    assert job(cfg, str(graphs)).dev is None  # HotpotQA without train.dev_graphs: a split
+    assert dev_missed(job(cfg, str(graphs)).split()) == [q for q in ['q"7', "a1", "c9"] if in_dev_split(q, 0.5)]
     cfg = load_config(None, ["train.question_types=bridge", f"train.dev_graphs={graphs}"])
-    assert dev_source(cfg, "unused", None) == str(graphs)
-    assert dev_misses(cfg, "unused", str(graphs), None) == ['q"7', "a1"]
+    assert job(cfg, "unused").dev.uri == str(graphs)
+    assert dev_missed(job(cfg, "unused").split()) == ['q"7', "a1"]
     summary = {"quarantine": str(quarantine), "edge_mode": "full", "settings": {"ir_keep": 2, "seed": 13}}
     (graphs / "_summary.json").write_text(json.dumps(summary))
-    settings = graph_settings(str(graphs), None)
+    settings = graph_settings(Store().at(str(graphs)))
     assert settings == {"edge_mode": "full", "ir_keep": 2, "seed": 13, "table": str(graphs)}
     logged = {}
     log_graph_settings(SimpleNamespace(log_params=logged.update), settings | {"flags": ["a"]})

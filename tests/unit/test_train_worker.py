@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pyarrow.fs
+import pytest
 from ray.train import Checkpoint
 
 from xh.train.worker import checkpoint_folder
@@ -52,3 +53,15 @@ def test_a_failed_read_removes_even_a_kept_download(tmp_path):
     except KeyError:
         pass
     assert seen and not Path(seen[0]).exists()
+
+
+def test_fault_injection_is_an_environment_variable_handed_to_the_workers_not_a_setting(monkeypatch):
+    from xh.config import ConfigError, load_config
+    from xh.train.loop import FAIL_AT_STEP_ENV, injected_failure_env
+
+    monkeypatch.delenv(FAIL_AT_STEP_ENV, raising=False)
+    assert injected_failure_env() == {}  # a run no test set up: the workers' runtime env is untouched
+    monkeypatch.setenv(FAIL_AT_STEP_ENV, "3")
+    assert injected_failure_env() == {"env_vars": {FAIL_AT_STEP_ENV: "3"}}
+    with pytest.raises(ConfigError, match="unknown config key 'train.fail_at_step'"):
+        load_config(None, ["train.fail_at_step=3"])

@@ -18,9 +18,6 @@ A saved folder (local or s3://); loading it reads JSON and safetensors only, nev
     model.safetensors    every tensor of the model; the backbone's under `backbone.`
     config.json          the backbone's transformers config   } absent when the backbone is not saved
     tokenizer files      tokenizer.json, vocab.txt, ...       } (a question-type head on its own)
-
-The layout before this one (the head in `head.safetensors`, the backbone in a `backbone/` folder) is
-refused in one line: nothing writes it any more.
 """
 
 from __future__ import annotations
@@ -33,12 +30,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from xh.storage import S3Settings, download_folder, is_s3, upload_folder
+from xh.storage import Location, Store
 
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-EARLIER_HEAD_FILE = "head.safetensors"  # the layout before this one: refused, with what to do
 
 
 class NotASavedModel(FileNotFoundError, ValueError):
@@ -103,23 +99,28 @@ class SavedModel:
         return {name[len(prefix) :]: t for name, t in self.weights.items() if name.startswith(prefix)}
 
 
+def _location(folder: str | Path | Location) -> Location:
+    # a plain path or URI reaches S3 with the environment's settings
+    return folder if isinstance(folder, Location) else Store().at(str(folder))
+
+
 def save_encoder_model(
-    uri: str | Path,
+    folder: str | Path | Location,
     config_file: str,
     config: dict,
     weights: dict[str, torch.Tensor],
     *,
     backbone: torch.nn.Module | None = None,
     tokenizer=None,
-    s3: S3Settings | None = None,
 ) -> None:
-    """Write a saved folder at `uri` (local or s3://): `config` as JSON, `weights`, the backbone's config, the tokenizer."""
-    if is_s3(str(uri)):
+    """Write a saved folder (local or s3://): `config` as JSON, `weights`, the backbone's config, the tokenizer."""
+    where = _location(folder)
+    if where.is_s3:
         with tempfile.TemporaryDirectory() as tmp:
             save_encoder_model(tmp, config_file, config, weights, backbone=backbone, tokenizer=tokenizer)
-            upload_folder(tmp, str(uri), s3)
+            where.upload(tmp)
         return
-    directory = Path(uri)
+    directory = Path(where.uri)
     directory.mkdir(parents=True, exist_ok=True)
     # Copies on the CPU: safetensors refuses tensors sharing storage, and the weights may sit on a GPU.
     tensors = {name: t.detach().to("cpu", copy=True).contiguous() for name, t in weights.items()}
@@ -132,14 +133,15 @@ def save_encoder_model(
 
 
 def load_encoder_model(
-    uri: str | Path, config_file: str, format: str, version: int, *, what: str, s3: S3Settings | None = None
+    folder: str | Path | Location, config_file: str, format: str, version: int, *, what: str
 ) -> SavedModel:
     """Read a saved folder (local or s3://), refusing one without `config_file` or of another format or version."""
-    if not is_s3(str(uri)):
-        return _load_local(Path(uri), str(uri), config_file, format, version, what)
+    where = _location(folder)
+    if not where.is_s3:
+        return _load_local(Path(where.uri), where.uri, config_file, format, version, what)
     with tempfile.TemporaryDirectory() as tmp:
-        download_folder(str(uri), tmp, s3)
-        return _load_local(Path(tmp), str(uri), config_file, format, version, what)
+        where.download(tmp)
+        return _load_local(Path(tmp), where.uri, config_file, format, version, what)
 
 
 def _load_local(directory: Path, name: str, config_file: str, format: str, version: int, what: str) -> SavedModel:
@@ -150,11 +152,6 @@ def _load_local(directory: Path, name: str, config_file: str, format: str, versi
         found = f"format {config.get('format')!r} version {config.get('version')!r}"
         raise ValueError(f"{name}/{config_file}: unsupported {found}")
     if not (directory / WEIGHTS_FILE).is_file():
-        if (directory / EARLIER_HEAD_FILE).is_file():
-            raise NotASavedModel(
-                f"{name} is a {what} saved in an earlier layout ({EARLIER_HEAD_FILE}, backbone/), "
-                "which is no longer read: train it again"
-            )
         raise NotASavedModel(f"{name} is not a saved {what} (no {WEIGHTS_FILE})")
     weights = load_file(str(directory / WEIGHTS_FILE))
     backbone_config, tokenizer = None, None

@@ -53,7 +53,7 @@ from torch import nn
 from xh.config import ConfigError, RerankConfig
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 from xh.questions import load_json
-from xh.storage import S3Settings, resolve
+from xh.storage import S3Settings, Store, resolve
 from xh.wiki.titles import normalize_title
 
 FORMAT = "xh-cross-encoder"
@@ -322,14 +322,15 @@ class CrossEncoder(nn.Module):
             "started_from": self.source,
             "pooling": self.pooling,
         }
+        where = Store(s3=s3).at(uri) if s3 else uri
         save_encoder_model(
-            uri, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer, s3=s3
+            where, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer
         )
 
     @classmethod
     def load(cls, uri: str, s3: S3Settings | None = None):
         """A saved re-ranker from a local folder or s3:// (downloaded to a temporary folder first)."""
-        saved = load_encoder_model(uri, CONFIG_FILE, FORMAT, VERSION, what="re-ranker", s3=s3)
+        saved = load_encoder_model(Store(s3=s3).at(uri) if s3 else uri, CONFIG_FILE, FORMAT, VERSION, what="re-ranker")
         config = saved.config
         model = cls(
             saved.new_backbone(),

@@ -5,7 +5,7 @@
         batches = Prefetcher(layout.batches(chunks_of_rows, encoder, skip=k, limit=n), pin_memory=cuda)
         for batch in in_lockstep(batches, device) if layout.packed else batches:
             stats.add(batch)                            # BatchStats: shapes, real / computed tokens
-    plan = plan_token_batches(sample_graphs, num_train_graphs, cfg)      # on the driver (tokens only)
+    plan = step_plan(cfg, train_ds, num_train_graphs)   # on the driver: graph batches, or plan_token_batches
 
 - `graphs`: `train.batch_graphs` graphs a batch (one chunk of rows each), `collate`d: every node is
   padded to the batch's longest node, so the encoder's [N, L] shape changes with nearly every batch.
@@ -144,4 +144,26 @@ def plan_token_batches(sample: Sequence[EncodedGraph], num_graphs: int, cfg: XHC
         epochs=cfg.train.epochs,
         max_steps=cfg.train.max_steps,
         unit=f"token batches ({num_graphs} graphs at about {graphs_per_batch:.1f} a batch)",
+    )
+
+
+def step_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256) -> StepPlan:
+    """The run's step plan: `batch_graphs` graphs a batch, or with `batching=tokens` the plan of how the first
+    `sample_size` training graphs of the Ray dataset `train_ds` pack (`plan_token_batches`) alone:
+    `batch_graphs` does not apply there, so it must not refuse a run."""
+    if cfg.train.batching == "tokens":
+        from xh.graph.encode import encode_graphs
+        from xh.model import load_tokenizer
+
+        tokenizer = load_tokenizer(cfg.model.backbone)
+        rows = train_ds.take_batch(min(sample_size, num_train), batch_format="pyarrow").to_pylist()
+        return plan_token_batches(encode_graphs(rows, tokenizer, cfg.model.max_node_tokens), num_train, cfg)
+    return plan_steps(
+        num_train,
+        workers=cfg.train.workers,
+        batch_size=cfg.train.batch_graphs,
+        grad_accum=cfg.train.grad_accum,
+        epochs=cfg.train.epochs,
+        max_steps=cfg.train.max_steps,
+        unit="graphs",
     )

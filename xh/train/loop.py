@@ -47,6 +47,8 @@ from xh.train.state import MODEL_DIR, Progress, load_training_state, save_traini
 from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, optimizer_step, report, start_worker
 
 FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
+# Fault injection, for tests only (never a config setting): the rank-0 worker dies once at this step.
+FAIL_AT_STEP_ENV = "XH_TRAIN_FAIL_AT_STEP"
 
 
 def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
@@ -154,16 +156,25 @@ def _worker_nodes(world_size: int) -> list[str]:
     return nodes
 
 
-def _inject_failure_once(cfg: XHConfig, step: int, storage_dir: str) -> None:
-    """Testing: the rank-0 worker process dies at `train.fail_at_step`, once per run (a marker remembers)."""
-    from xh.storage import join, open_output, resolve
+def injected_failure_env() -> dict:
+    """The Ray Train workers' runtime env for fault injection (`RunConfig.worker_runtime_env`): the driver's
+    `XH_TRAIN_FAIL_AT_STEP` when a test set it, else nothing. Workers are processes of the cluster, which
+    does not see the driver's environment."""
+    step = os.environ.get(FAIL_AT_STEP_ENV)
+    return {"env_vars": {FAIL_AT_STEP_ENV: step}} if step else {}
 
-    marker = join(storage_dir, FAILURE_MARKER)
-    fs, path = resolve(marker)
-    if fs.get_file_info(path).type.name != "NotFound":
+
+def _inject_failure_once(step: int, storage_dir: str) -> None:
+    """Testing: the rank-0 worker process dies at step `$XH_TRAIN_FAIL_AT_STEP`, once per run (a marker
+    next to the checkpoints remembers)."""
+    from xh.storage import Store
+
+    if os.environ.get(FAIL_AT_STEP_ENV) != str(step):
         return
-    with open_output(marker) as out:
-        out.write(f"failed at step {step}\n".encode())
+    marker = Store().at(storage_dir, FAILURE_MARKER)  # a worker reaches S3 with its environment's settings
+    if marker.exists():
+        return
+    marker.write_bytes(f"failed at step {step}\n".encode())
     os._exit(1)  # a dead worker process, as a crashed node would leave
 
 
@@ -341,8 +352,8 @@ def train_loop_per_worker(config: dict) -> None:
                     done_here,
                 )
             window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
-            if train.fail_at_step == progress.step and rank == 0:
-                _inject_failure_once(cfg, progress.step, config["storage_dir"])
+            if rank == 0:
+                _inject_failure_once(progress.step, config["storage_dir"])
             done = progress.step >= plan.total_steps
             if done:
                 break

@@ -17,7 +17,7 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 
-from xh.storage import S3Settings
+from xh.storage import Location, Store
 
 SPLIT_ARTIFACT = "split.json"
 
@@ -65,31 +65,30 @@ def _of_kinds(rows: Iterable[dict], kinds: Sequence[str] | None) -> list[dict]:
     return [r for r in rows if kinds is None or r.get("question_type") in kinds]
 
 
-def _questions(uri: str, s3: S3Settings | None) -> list[dict]:
+def _questions(folder: Location) -> list[dict]:
     """qid and question type of every graph of a folder (two columns read, not the graphs)."""
     import pyarrow.dataset as pads
 
     from xh.graph.store import require_graphs
-    from xh.storage import resolve
 
-    require_graphs(uri, s3)
-    fs, path = resolve(uri, s3)
+    require_graphs(folder.uri, folder.s3)
+    fs, path = folder.fs_path()
     table = pads.dataset(path, filesystem=fs, format="parquet").to_table(columns=["qid", "question_type"])
     return table.to_pylist()
 
 
-def training_questions(record: dict, s3: S3Settings | None = None) -> set[str]:
-    """The qids the run trained on."""
+def training_questions(record: dict, store: Store | None = None) -> set[str]:
+    """The qids the run trained on; `store` reaches the record's folders (default: settings from the environment)."""
     kinds = record.get("question_types")
-    rows = _of_kinds(_questions(record["graphs"], s3), kinds)
+    rows = _of_kinds(_questions((store or Store()).at(record["graphs"])), kinds)
     if record.get("dev_graphs"):
         return {r["qid"] for r in rows}
     return {r["qid"] for r in rows if not in_dev_split(r["qid"], record["dev_fraction"])}
 
 
-def shared_questions(record: dict, qids: Iterable[str], s3: S3Settings | None = None) -> int:
+def shared_questions(record: dict, qids: Iterable[str], store: Store | None = None) -> int:
     """How many of `qids` (each counted once) the run trained on."""
-    return len(set(qids) & training_questions(record, s3))
+    return len(set(qids) & training_questions(record, store))
 
 
 def dev_uri(record: dict) -> str:
@@ -99,23 +98,24 @@ def dev_uri(record: dict) -> str:
     return f"{record['graphs']} (dev split {record['dev_fraction']} by qid)"
 
 
-def dev_missed(record: dict, s3: S3Settings | None = None) -> list[str]:
+def dev_missed(record: dict, store: Store | None = None) -> list[str]:
     """Ids of dev questions quarantined at graph building, each a miss (score 0) for every model. A model of one
     question type misses only quarantined questions of unknown type or its own (a quarantined record keeps
     its `type` when the data gave one)."""
     from xh.graph.store import quarantined_qids
 
-    kinds = record.get("question_types")
+    kinds, s3 = record.get("question_types"), (store or Store()).s3
     if record.get("dev_graphs"):
         return quarantined_qids(record["dev_graphs"], s3, kinds)
     return [q for q in quarantined_qids(record["graphs"], s3, kinds) if in_dev_split(q, record["dev_fraction"])]
 
 
-def dev_set(record: dict, s3: S3Settings | None = None) -> tuple[list[dict], list[str]]:
+def dev_set(record: dict, store: Store | None = None) -> tuple[list[dict], list[str]]:
     """The run's dev graphs (rows with gold labels) and its dev questions without a graph."""
     from xh.graph.store import read_eval_set
 
-    kinds = record.get("question_types")
+    store = store or Store()
+    kinds, s3 = record.get("question_types"), store.s3
     if record.get("dev_graphs"):
         rows = _of_kinds(read_eval_set(record["dev_graphs"], s3), kinds)
     else:
@@ -124,4 +124,4 @@ def dev_set(record: dict, s3: S3Settings | None = None) -> tuple[list[dict], lis
             for r in _of_kinds(read_eval_set(record["graphs"], s3), kinds)
             if in_dev_split(r["qid"], record["dev_fraction"])
         ]
-    return rows, dev_missed(record, s3)
+    return rows, dev_missed(record, store)
