@@ -62,7 +62,8 @@ from xh.staging import (
     with_quarantine,
     write_quarantine,
 )
-from xh.storage import Store, join, resolve
+from xh.storage import join, resolve
+from xh.store import Store
 from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]

@@ -400,7 +400,7 @@ def evaluation_set(name: str, version: str, eval_set: str | None, s3=None) -> di
     Returns {"uri", "rows", "missed", "dataset"}: the set's description, its graph rows, the ids of its
     questions without a graph (misses), and its lineage (`xh.tracking.dataset_ref`)."""
     from xh.graph.store import quarantined_qids, read_eval_set
-    from xh.storage import Store
+    from xh.store import Store
     from xh.tracking import dataset_ref
     from xh.train.split import dev_set, dev_uri, recorded_split, shared_questions
 

@@ -31,7 +31,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
-from xh.storage import Location, S3Settings, is_s3
+from xh.storage import S3Settings, is_s3
+from xh.store import Location
 
 
 def _artifact_uri(location: str) -> str:

@@ -53,7 +53,8 @@ from torch import nn
 from xh.config import ConfigError, RerankConfig
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 from xh.questions import load_json
-from xh.storage import S3Settings, Store, resolve
+from xh.storage import S3Settings, resolve
+from xh.store import Store
 from xh.wiki.titles import normalize_title
 
 FORMAT = "xh-cross-encoder"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from xh import locations
 from xh.config import XHConfig
-from xh.storage import Location, Store
+from xh.store import Location, Store
 from xh.train.data import dev_source, question_kinds
 
 log = logging.getLogger("xh.train")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xh.config import XHConfig
-from xh.storage import Location, Store
+from xh.store import Location, Store
 from xh.train.split import in_dev_split
 
 

@@ -167,7 +167,7 @@ def injected_failure_env() -> dict:
 def _inject_failure_once(step: int, storage_dir: str) -> None:
     """Testing: the rank-0 worker process dies at step `$XH_TRAIN_FAIL_AT_STEP`, once per run (a marker
     next to the checkpoints remembers)."""
-    from xh.storage import Store
+    from xh.store import Store
 
     if os.environ.get(FAIL_AT_STEP_ENV) != str(step):
         return

@@ -17,7 +17,7 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 
-from xh.storage import Location, Store
+from xh.store import Location, Store
 
 SPLIT_ARTIFACT = "split.json"
 
