@@ -1,11 +1,11 @@
-"""The demo's closing table (`workflows.demo.summary_table`) tells a person how to open the runs of the
+"""The demo's closing table (`xh.stages.demo.summary_table`) tells a person how to open the runs of the
 tracking store the demo used, never with the credentials its URI may carry."""
 
 from __future__ import annotations
 
 import pytest
 
-from workflows.demo import shown_uri, summary_table
+from xh.stages.demo import shown_uri, summary_table
 
 
 def _summary(tracking_uri: str) -> dict:
