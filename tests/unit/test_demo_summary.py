@@ -67,3 +67,29 @@ def test_the_summary_keeps_the_uri_without_user_info():
 def test_the_table_shows_the_question_the_served_champion_answered():
     (line,) = [row for row in summary_table(_summary("sqlite:///m.db")).splitlines() if row.startswith("served")]
     assert "xh-hotpot v2 over HTTP: 'Which magazine was started first?' -> \"Arthur's Magazine\"" in line
+
+
+def test_the_demo_run_records_each_stage_its_seconds_and_the_summary(tmp_path, monkeypatch):
+    import mlflow
+
+    from xh.config import load_config
+    from xh.stages.demo import Stages
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = load_config(None, [f"mlflow.tracking_uri={uri}", f"mlflow.artifact_location={tmp_path}/artifacts"])
+    with Stages(cfg) as stage:
+        stage("synth", lambda: {"docs": 3})
+        stage("check", lambda: {"true_links": 2, "docs_missing": 0})
+    summary = stage.summary
+    assert summary["mlflow_tracking_uri"] == uri and summary["synth"] == {"docs": 3}
+    run = mlflow.get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["demo.train_path_scorer"] == "False"
+    assert run.data.metrics["synth.docs"] == 3 and run.data.metrics["check.true_links"] == 2
+    assert run.data.metrics["synth.seconds"] >= 0 and "check.seconds" in run.data.metrics
+    logged = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/summary.json")
+    assert logged == {"synth": {"docs": 3}, "check": {"true_links": 2, "docs_missing": 0}}
+
+    with pytest.raises(RuntimeError, match="tables disagree"), Stages(cfg) as failed:
+        failed("check", lambda: (_ for _ in ()).throw(RuntimeError("the tables disagree")))
+    assert mlflow.get_run(failed.summary["mlflow_run_id"]).info.status == "FAILED"
