@@ -131,6 +131,10 @@ def main(
     configure_logging(verbose - quiet)
 
 
+# The runner `invoke` was given, by stage: what `run_stage` calls for that stage instead of the driver's verb.
+_given: ContextVar[dict[str, Callable[[XHConfig], dict]] | None] = ContextVar("given", default=None)
+
+
 def invoke(stage: str, args: Sequence[str], run: Callable[[XHConfig], dict] | None = None) -> None:
     """`xh <stage> ARGS` for `python -m workflows.<stage> ARGS`: leading `-v`/`-q` go to `xh`; a stage with
     sub-commands runs its default one when ARGS name none, with `run` (the driver's) as the runner."""
@@ -150,10 +154,6 @@ def invoke(stage: str, args: Sequence[str], run: Callable[[XHConfig], dict] | No
             raise
     finally:
         _given.reset(token)
-
-
-# The runner `invoke` was given, by stage: what `run_stage` calls for that stage instead of the driver's verb.
-_given: ContextVar[dict[str, Callable[[XHConfig], dict]] | None] = ContextVar("given", default=None)
 
 
 def fail(message: str) -> None:
@@ -210,14 +210,14 @@ def synth(config: Config = None, overrides: Sets = None) -> None:
     run_stage("synth", config, overrides)
 
 
-Train = Annotated[bool | None, typer.Option(show_default=False)]
+TrainFirst = Annotated[bool | None, typer.Option(show_default=False)]
 
 
 @app.command()
 def demo(
-    train_reranker: Train = None,
-    train_path_scorer: Train = None,
-    train_sentence_reranker: Train = None,
+    train_reranker: TrainFirst = None,
+    train_path_scorer: TrainFirst = None,
+    train_sentence_reranker: TrainFirst = None,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
