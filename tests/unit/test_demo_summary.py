@@ -115,3 +115,27 @@ def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_
     assert err.strip().splitlines()[0].startswith("world") and err.strip().splitlines()[-1].startswith("MLflow")
     main("demo", run, ["--config", config])
     assert (seen[-1].train_reranker, seen[-1].train_path_scorer) == (False, True)  # configs/demo.yaml's
+
+
+def test_the_fever_leg_builds_with_the_sentence_reranker_it_trained_and_scores_with_the_champion_it_has():
+    from pathlib import Path
+
+    from xh.config import load_config
+    from xh.stages import demo
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "demo-fever.yaml"
+    claims = {"all": "w/fever/claims.jsonl", "incoming": "runs/incoming-claims", "train": {"path": "t.jsonl"}}
+    trained = {"rerank": {"output": "runs/models/sentence-reranker"}, "claims": claims}
+    cfg = load_config(config)
+    assert demo.with_sentence_reranker(cfg, trained).graphs.sentence_reranker is None  # not asked: not used
+    cfg = demo.with_sentence_reranker(load_config(config, ["demo.train_sentence_reranker=true"]), trained)
+    graphs = demo.fever_graphs_config(cfg, "dev", claims).graphs
+    assert (graphs.sentence_reranker, graphs.claims_split, graphs.questions) == (
+        "runs/models/sentence-reranker",
+        "dev",
+        "w/fever/claims.jsonl",
+    )
+    first_below_the_floor = {"promoted": False, "champion": None}
+    assert demo.fever_score_config(cfg, claims, first_below_the_floor).score.model == "models:/xh-fever@challenger"
+    assert demo.fever_score_config(cfg, claims, {"promoted": True}).score.model == "models:/xh-fever@champion"
+    assert demo.fever_score_config(cfg, claims, {"promoted": True}).score.input == "runs/incoming-claims"
