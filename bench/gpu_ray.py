@@ -152,19 +152,21 @@ def base_config(work: Path, device: str, world: dict) -> list[str]:
 
 def build_world(cfg, records: list[dict]) -> None:
     """synth -> wiki -> retrieve (index, path scorer, run) -> graphs, as `make demo` runs them."""
-    from workflows import demo, graphs, retrieve, synth, wiki
+    from workflows import graphs, retrieve, synth, wiki
+    from xh.stages import demo
+    from xh.store import Store
 
     steps = [
         ("synth", lambda c: synth.run(c)),
-        ("wiki", lambda c: wiki.run(demo._wiki_config(c))),
-        ("retrieve_paths", lambda c: demo.train_path_scorer(c)),
+        ("wiki", lambda c: wiki.run(demo.wiki_config(c))),
+        ("retrieve_paths", lambda c: retrieve.run(demo.path_scorer_config(c, Store.from_config(c)))),
     ]
     for name, step in steps:
         start = time.perf_counter()
         summary = step(cfg)
         emit({"name": f"stage/{name}", "seconds": round(time.perf_counter() - start, 2)}, records)
-    cfg = demo._with_rankers(cfg, None, summary["output"])
-    for name, step in [("retrieve", lambda c: retrieve.run(demo._retrieve_config(c))), ("graphs", graphs.run)]:
+    cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"path_scorer": summary["output"]})})
+    for name, step in [("retrieve", lambda c: retrieve.run(demo.retrieve_config(c))), ("graphs", graphs.run)]:
         start = time.perf_counter()
         summary = step(cfg)
         figures = {"graphs": summary["graphs"]} if name == "graphs" else {}
@@ -253,18 +255,20 @@ def ratios(records: list[dict]) -> list[dict]:
 def promote_and_score(cfg, device: str, records: list[dict]) -> None:
     """`@challenger` promoted on the held-out graphs, then the held-out questions scored by model actors
     (a GPU each on CUDA) against the champion in a plain loop on the same device."""
-    from workflows import demo, retrieve, score
+    from workflows import retrieve, score
     from xh.pipeline import Pipeline, settings_of
+    from xh.stages import demo
     from xh.storage import join, open_output
+    from xh.store import Store
 
     train_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"register_as": REGISTERED})})
     start = time.perf_counter()
-    promoted = demo.promote_challenger(train_cfg)
+    promoted = demo.promote_challenger(train_cfg, Store.from_config(train_cfg))
     emit(
         {"name": "promote", "seconds": round(time.perf_counter() - start, 2), "promoted": promoted["promoted"]}, records
     )
 
-    questions, _ = demo._held_out(cfg)
+    questions, _ = demo.held_out(cfg, Store.from_config(cfg))
     incoming = join(cfg.storage.root, "incoming")
     rows = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
     with open_output(join(incoming, "held-out.jsonl")) as out:
@@ -342,7 +346,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import ray
 
-    from workflows.common import configure_logging, init_ray
+    from workflows.cli import configure_logging
+    from workflows.common import init_ray
     from xh.backbones import random_backbone, resolve_backbone
     from xh.config import load_config
 

@@ -6,27 +6,112 @@
     xh demo
 
 A stage has one name everywhere: the module `workflows/<stage>.py`, the config section `<stage>`, the
-sub-command `xh <stage>` and `infra/submit.sh <stage>`. Flags of a sub-command are shorthands for
-`--set <stage>.<key>=...`; every setting is also reachable with `--set`. User errors (a wrong path, an
-unknown key, a bad value) are one line on stderr and exit code 2; the summary is one JSON line on stdout.
+sub-command `xh <stage>` and `infra/submit.sh <stage>`; `python -m workflows.<stage> ARGS` is this app's
+`xh <stage> ARGS` (`invoke`). Flags of a sub-command are shorthands for `--set <stage>.<key>=...`; every
+setting is also reachable with `--set`. User errors (a wrong path, an unknown key, a bad value) are one
+line on stderr and exit code 2, before Ray starts (`run_stage`); the summary is one JSON line on stdout.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+import re
+import sys
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from enum import Enum
 from importlib import import_module
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 import yaml
+from typer.core import TyperGroup
 
-from workflows.common import USER_ERRORS, check_before_ray, configure_logging
-from xh.config import ConfigError, XHConfig, load_config, stage_dict
+from xh.config import (
+    STAGES,
+    ConfigError,
+    GraphsConfig,
+    Section,
+    WikiConfig,
+    XHConfig,
+    load_config,
+    stage_dict,
+    storage_uris,
+)
+from xh.jsonfiles import InputFileError
+from xh.storage import StorageSettingsError
+from xh.store import Store
+
+# Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.
+USER_ERRORS = (ConfigError, FileNotFoundError, InputFileError, StorageSettingsError)
+
+
+def configure_logging(verbosity: int = 0) -> None:
+    """-q: warnings only; default: one line per stage step; -v: debug, and Ray's own logs on the console.
+
+    Ray's INFO chatter (and the workers' output) goes to its session log files unless -v: a user reads
+    the stage lines, Ray Data's progress bars and the summary.
+    """
+    level = logging.WARNING if verbosity < 0 else logging.DEBUG if verbosity > 0 else logging.INFO
+    logging.basicConfig(format="%(asctime)s [%(name)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stderr, force=True)
+    logging.getLogger("xh").setLevel(level)
+    # Ray's warnings repeat by the hundred on a small machine (Train's controller polling): errors only.
+    logging.getLogger("ray").setLevel(logging.INFO if verbosity > 0 else logging.ERROR)
+    for library in ("mlflow", "alembic"):
+        logging.getLogger(library).setLevel(logging.INFO if verbosity > 0 else logging.WARNING)
+
+
+def check_before_ray(cfg: XHConfig, stage: str) -> None:
+    """What a stage can refuse before any work (one line, exit 2): each s3:// location it reads without an
+    S3 endpoint configured (the demo's: every section's). URI schemes and dates are checked when the config
+    is read (`xh.config.load_config`)."""
+    store = Store.from_config(cfg)
+    for _, uri in storage_uris(cfg, None if stage == "demo" else STAGES.get(stage)):
+        store.require_endpoint(uri)
+
+
+# `xh --help` lists the stages in the order the pipeline runs them, then the tools.
+ORDER = ("synth", "wiki", "retrieve", "rerank", "graphs", "train", "qtype", "promote", "score", "serve")
+ORDER += ("demo", "eval", "config")
+# What `python -m workflows.<stage>` runs when its arguments name no sub-command of a stage that has several.
+DEFAULT_COMMAND = {"wiki": "process", "retrieve": "all", "graphs": "build"}
+
+
+class PipelineOrder(TyperGroup):
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return sorted(super().list_commands(ctx), key=lambda name: ORDER.index(name) if name in ORDER else len(ORDER))
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """A usage error (an unknown option, a value not among a flag's choices) is one line and exit code 2,
+        as every other user error; the rest as click's standalone mode has it."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.exceptions.TyperException as e:  # click's usage errors
+            typer.echo(f"error: {e.format_message() if hasattr(e, 'format_message') else e}", err=True)
+            sys.exit(getattr(e, "exit_code", 2))
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
-    help="Transformer-XH on Ray: multi-hop QA and fact verification over Wikipedia.", no_args_is_help=True
+    cls=PipelineOrder,
+    help="Transformer-XH on Ray: multi-hop QA and fact verification over Wikipedia.",
+    no_args_is_help=True,
 )
+
+
+def choices(section: type[Section], key: str) -> type[Enum]:
+    """A `Literal` setting's values as the enum of its flag: `--task hotpot|fever`, named once, in the config."""
+    values = get_args(section.model_fields[key].annotation)
+    return Enum(key.title().replace("_", ""), {v: v for v in values}, type=str)
+
+
+Task, Setting, Format = choices(GraphsConfig, "task"), choices(GraphsConfig, "setting"), choices(WikiConfig, "format")
 
 Config = Annotated[str | None, typer.Option("--config", "-c", help="YAML file of config sections")]
 Sets = Annotated[
@@ -36,10 +121,40 @@ Sets = Annotated[
 
 @app.callback()
 def main(
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="debug lines and Ray's own logs")] = 0,
-    quiet: Annotated[int, typer.Option("--quiet", "-q", count=True, help="warnings and errors only")] = 0,
+    verbose: Annotated[
+        int,
+        typer.Option("--verbose", "-v", count=True, metavar="", show_default=False, help="debug lines, Ray's own logs"),
+    ] = 0,
+    quiet: Annotated[
+        int, typer.Option("--quiet", "-q", count=True, metavar="", show_default=False, help="warnings and errors only")
+    ] = 0,
 ) -> None:
     configure_logging(verbose - quiet)
+
+
+# The runner `invoke` was given, by stage: what `run_stage` calls for that stage instead of the driver's verb.
+_given: ContextVar[dict[str, Callable[[XHConfig], dict]] | None] = ContextVar("given", default=None)
+
+
+def invoke(stage: str, args: Sequence[str], run: Callable[[XHConfig], dict] | None = None) -> None:
+    """`xh <stage> ARGS` for `python -m workflows.<stage> ARGS`: leading `-v`/`-q` go to `xh`; a stage with
+    sub-commands runs its default one when ARGS name none, with `run` (the driver's) as the runner."""
+    args = list(args)
+    verbosity = []
+    while args and re.fullmatch(r"-(v+|q+)|--verbose|--quiet", args[0]):
+        verbosity.append(args.pop(0))
+    command = typer.main.get_command(app).commands[stage]
+    named = bool(args) and args[0] in getattr(command, "commands", {})
+    if not named and stage in DEFAULT_COMMAND:
+        args.insert(0, DEFAULT_COMMAND[stage])
+    token = _given.set({stage: run} if run and not named else {})
+    try:
+        app(args=[*verbosity, stage, *args], prog_name="xh")
+    except SystemExit as e:
+        if e.code:  # success returns, as a function does
+            raise
+    finally:
+        _given.reset(token)
 
 
 def fail(message: str) -> None:
@@ -50,22 +165,30 @@ def fail(message: str) -> None:
 def flags(section: str, **values) -> list[str]:
     """`--set` overrides for the flags that were given (lists as JSON)."""
     return [
-        f"{section}.{key}={json.dumps(value) if isinstance(value, list) else value}"
+        f"{section}.{key}={json.dumps(value) if isinstance(value, list) else _flag_value(value)}"
         for key, value in values.items()
         if value is not None and value is not False and value != []
     ]
 
 
-def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = ()) -> None:
-    """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
+def _flag_value(value) -> str:
+    return value.value if isinstance(value, Enum) else str(value)
+
+
+def run_stage(
+    stage: str, config: str | None, overrides: list[str] | None, extra: Sequence[str] = (), verb: str = "run"
+) -> dict:
+    """Load the config, run `workflows.<stage>.<verb>(cfg)`, print its summary as one JSON line; user errors
+    exit 2 in one line. The one error wrapper of `xh` and `python -m workflows.<stage>` alike."""
     try:
         cfg = load_config(config, [*(overrides or []), *extra])  # a config error before the stage's imports (torch)
         check_before_ray(cfg, stage)
-        run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
+        run = (_given.get() or {}).get(stage) or getattr(import_module(f"workflows.{stage}"), verb)
         summary = run(cfg)
     except USER_ERRORS as e:
         fail(str(e))
     typer.echo(json.dumps(summary, sort_keys=True, default=str))
+    return summary
 
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
@@ -88,10 +211,26 @@ def synth(config: Config = None, overrides: Sets = None) -> None:
     run_stage("synth", config, overrides)
 
 
+TrainFirst = Annotated[bool | None, typer.Option(show_default=False)]
+
+
 @app.command()
-def demo(config: Config = None, overrides: Sets = None) -> None:
-    """Run the whole pipeline end to end on the embedded default (local Ray, SQLite MLflow, local files)."""
-    run_stage("demo", config, overrides)
+def demo(
+    train_reranker: TrainFirst = None,
+    train_path_scorer: TrainFirst = None,
+    train_sentence_reranker: TrainFirst = None,
+    config: Config = None,
+    overrides: Sets = None,
+) -> None:
+    """Run the whole pipeline end to end on the embedded default (local Ray, SQLite MLflow, local files).
+
+    --train-*: train that model first and use it (demo.train_*); the summary table comes last, on stderr."""
+    from xh.stages.demo import summary_table
+
+    given = {"train_reranker": train_reranker, "train_path_scorer": train_path_scorer}
+    given["train_sentence_reranker"] = train_sentence_reranker
+    summary = run_stage("demo", config, overrides, [f"demo.{k}={v}" for k, v in given.items() if v is not None])
+    typer.echo("\n" + summary_table(summary), err=True)
 
 
 wiki_app = typer.Typer(
@@ -102,7 +241,7 @@ app.add_typer(wiki_app, name="wiki")
 
 @wiki_app.command("process")
 def wiki_process(
-    format: Annotated[str | None, typer.Option("--format", "-f", help="hotpot, mediawiki or fever")] = None,
+    format: Annotated[Format | None, typer.Option("--format", "-f", help="the dump's format")] = None,
     inputs: Annotated[
         list[str] | None, typer.Option("--input", "-i", help="dump file or folder, local or s3:// (repeatable)")
     ] = None,
@@ -169,8 +308,8 @@ app.add_typer(graphs_app, name="graphs")
 
 @graphs_app.command("build")
 def graphs_build(
-    task: Annotated[str | None, typer.Option("--task", "-t", help="hotpot or fever")] = None,
-    setting: Annotated[str | None, typer.Option("--setting", help="retrieval or distractor")] = None,
+    task: Annotated[Task | None, typer.Option("--task", "-t", help="the task's graphs")] = None,
+    setting: Annotated[Setting | None, typer.Option("--setting", help="nodes from retrieval or the contexts")] = None,
     questions: Annotated[str | None, typer.Option("--questions", help="distractor setting: file with contexts")] = None,
     config: Config = None,
     overrides: Sets = None,
@@ -183,6 +322,24 @@ def graphs_build(
 def train(config: Config = None, overrides: Sets = None) -> None:
     """Train Transformer-XH on Ray Train (DDP), track it in MLflow, register it as @challenger."""
     run_stage("train", config, overrides)
+
+
+@app.command()
+def qtype(
+    questions: Annotated[
+        str | None, typer.Option("--questions", help="HotpotQA file with types; default the world's")
+    ] = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="default <storage.root>/models/question_type")
+    ] = None,
+    config: Config = None,
+    overrides: Sets = None,
+) -> None:
+    """Train the question-type classifier (bridge or comparison) for questions without a type.
+
+    Scoring and serving use it with --set score.question_classifier=PATH; it is measured on the questions
+    it holds out."""
+    run_stage("qtype", config, overrides, flags("qtype", questions=questions, output=output))
 
 
 promote_app = typer.Typer(help="Move the champion alias in the MLflow registry.", invoke_without_command=True)
@@ -310,4 +467,4 @@ def eval_fever(gold: Gold, pred: Pred, slices: Slices = False) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    app(prog_name="xh")

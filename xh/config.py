@@ -463,6 +463,30 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class QtypeConfig(Section):
+    """`xh qtype`: the question-type classifier (bridge or comparison) for questions that come without a type."""
+
+    questions: str | None = Field(
+        None, description="HotpotQA question file with types (JSON array); default the world's <storage.root>/world"
+    )
+    output: str | None = Field(None, description="classifier folder; default <storage.root>/models/question_type")
+    dev_fraction: float = Field(
+        0.2, ge=0.0, lt=1.0, description="questions held out by qid hash (as train.dev_fraction): measured, not trained"
+    )
+    backbone: str | None = Field(None, description="encoder name or folder; None: model.backbone")
+    seed: int = 13
+
+
+class DemoConfig(Section):
+    """`xh demo`: which models the demo trains first and then uses (off: the stage's own setting holds)."""
+
+    train_reranker: bool = Field(False, description="train a cross-encoder re-ranker and retrieve with it")
+    train_path_scorer: bool = Field(False, description="train a path scorer (xh retrieve paths) and retrieve with it")
+    train_sentence_reranker: bool = Field(
+        False, description="FEVER: train the claim-sentence re-ranker on the training claims and build graphs with it"
+    )
+
+
 class XHConfig(Section):
     storage: StorageConfig = StorageConfig()
     ray: RayConfig = RayConfig()
@@ -477,6 +501,8 @@ class XHConfig(Section):
     score: ScoreConfig = ScoreConfig()
     promote: PromoteConfig = PromoteConfig()
     serve: ServeConfig = ServeConfig()
+    qtype: QtypeConfig = QtypeConfig()
+    demo: DemoConfig = DemoConfig()
 
 
 # Which sections each stage reads. Stages of later issues add their own sections here.
@@ -488,10 +514,11 @@ STAGES: dict[str, tuple[str, ...]] = {
     "rerank": COMMON + ("rerank",),
     "graphs": COMMON + ("graphs",),
     "train": COMMON + ("model", "train"),
+    "qtype": COMMON + ("model", "qtype"),
     "score": COMMON + ("retrieve", "graphs", "score"),
     "promote": COMMON + ("promote",),
     "serve": COMMON + ("retrieve", "graphs", "serve"),
-    "demo": COMMON + ("synth", "wiki", "retrieve"),
+    "demo": COMMON + ("demo", "synth", "wiki", "retrieve"),
 }
 
 
@@ -599,22 +626,6 @@ def storage_uris(cfg: XHConfig, sections: Sequence[str] | None = None) -> list[t
         for key, value in _settings(cfg, sections)
         if value.startswith("s3://") and "s3" in SERVICE_SCHEMES.get(key, STORAGE_SCHEMES)
     ]
-
-
-# Settings whose value `auto` only the demo understands: it trains that model first and uses it.
-DEMO_AUTO = ("retrieve.reranker", "retrieve.path_scorer", "graphs.sentence_reranker")
-
-
-def check_demo_only(cfg: XHConfig, stage: str) -> None:
-    """`auto` outside the demo: a one-line `ConfigError`, not a model folder named `auto` looked for later."""
-    if stage == "demo":
-        return
-    for key, value in _settings(cfg, stage_sections(stage)):
-        if key in DEMO_AUTO and value == "auto":
-            raise ConfigError(
-                f"{key}=auto is only understood by the demo (`xh demo` trains that model first); "
-                f"for `{stage}` give a trained model's folder, or leave it unset"
-            )
 
 
 def stage_sections(stage: str) -> tuple[str, ...]:

@@ -1,5 +1,6 @@
 """Bad settings are refused in one line with exit code 2 before Ray starts: impossible dates, URI schemes a
-setting cannot use, s3:// without an endpoint, and the demo's `auto` outside the demo."""
+setting cannot use, s3:// without an endpoint, a choice not among a flag's values; the demo's config is
+every stage's config (what the demo trains first is its own section, `demo`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from workflows.common import check_before_ray
-from xh.config import ConfigError, load_config
+from workflows.cli import check_before_ray
+from xh.config import STAGES, ConfigError, load_config
 from xh.stages import wiki
 from xh.storage import StorageSettingsError
 from xh.store import Store
@@ -62,11 +63,12 @@ def _wiki_tables(root: Path) -> None:
         ("wiki", ["--set", "storage.root=http://example.invalid/xh"], "error: config key 'storage.root': unsupported"),
         ("graphs", ["--set", "mlflow.tracking_uri=bogus://x"], "error: config key 'mlflow.tracking_uri': unsupported"),
         ("wiki", ["--set", "wiki.inputs=[gs://bucket/dump]"], "error: config key 'wiki.inputs': unsupported"),
-        (
-            "score",
-            ["--config", str(ROOT / "configs" / "demo.yaml"), "--set", "score.input={questions}"],
-            "error: retrieve.path_scorer=auto is only",
+        (  # the demo's config is any stage's: refused for what is missing, not for a setting only the demo reads
+            "retrieve",
+            ["run", "--config", str(ROOT / "configs" / "demo.yaml"), "--questions", "{questions}"],
+            "error: no BM25 index at",
         ),
+        ("graphs", ["--task", "hotpt"], "error: Invalid value for '--task' / '-t': "),
         (
             "retrieve",
             ["--set", "retrieve.step=index", "--set", "retrieve.index=s3://bucket/index"],
@@ -79,7 +81,9 @@ def test_bad_settings_exit_2_in_one_line_before_ray_starts(stage, args, message,
     questions = tmp_path / "questions.jsonl"
     questions.write_text(json.dumps({"qid": "q1", "question": "Who wrote Alpha?"}) + "\n")
     args = [a.format(questions=questions) for a in args]
-    result = _stage(stage, "--set", f"storage.root={tmp_path / 'world'}", *args, cwd=tmp_path, ray_tmp=ray_tmp)
+    command = args[:1] if not args[0].startswith("-") else []  # a sub-command comes first
+    root = ["--set", f"storage.root={tmp_path / 'world'}"]
+    result = _stage(stage, *command, *root, *args[len(command) :], cwd=tmp_path, ray_tmp=ray_tmp)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), result.stderr
@@ -125,12 +129,17 @@ def test_s3_locations_need_an_endpoint_only_in_the_sections_a_stage_reads(tmp_pa
     check_before_ray(cfg, "train")
 
 
-def test_auto_is_the_demos_alone():
+def test_the_demo_config_is_every_stages_and_what_the_demo_trains_is_its_own_section():
     cfg = load_config(ROOT / "configs" / "demo.yaml")
-    check_before_ray(cfg, "demo")
-    for stage in ("score", "retrieve"):
-        with pytest.raises(ConfigError, match=r"retrieve.path_scorer=auto is only understood by the demo"):
-            check_before_ray(cfg, stage)
-    check_before_ray(cfg, "wiki")  # does not read the retrieve section
-    with pytest.raises(ConfigError, match="graphs.sentence_reranker=auto"):
-        check_before_ray(load_config(None, ["graphs.sentence_reranker=auto"]), "graphs")
+    for stage in STAGES:
+        check_before_ray(cfg, stage)
+    assert cfg.retrieve.path_scorer is None and cfg.retrieve.reranker is None
+    assert (cfg.demo.train_path_scorer, cfg.demo.train_reranker, cfg.demo.train_sentence_reranker) == (
+        True,
+        False,
+        False,
+    )
+    fever = load_config(ROOT / "configs" / "demo-fever.yaml")
+    assert fever.graphs.sentence_reranker is None and not fever.demo.train_sentence_reranker
+    with pytest.raises(ConfigError, match=r"^config key 'demo.train_reranker': input should be a valid boolean"):
+        load_config(None, ["demo.train_reranker=auto"])

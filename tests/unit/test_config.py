@@ -63,3 +63,12 @@ def test_flatten_gives_dotted_scalars_for_a_stage():
     assert set(stage_dict(XHConfig(), "synth")) == {"storage", "ray", "mlflow", "synth"}
     with pytest.raises(ConfigError, match="unknown stage 'nope'"):
         stage_dict(XHConfig(), "nope")
+
+
+def test_the_demo_and_the_question_type_stage_have_sections_of_their_own():
+    assert set(stage_dict(XHConfig(), "qtype")) == {"storage", "ray", "mlflow", "model", "qtype"}
+    assert "demo" in stage_dict(XHConfig(), "demo")
+    cfg = load_config(None, ["demo.train_path_scorer=true", "qtype.dev_fraction=0.3"])
+    assert cfg.demo.train_path_scorer and not cfg.demo.train_reranker and cfg.qtype.dev_fraction == 0.3
+    with pytest.raises(ConfigError, match="unknown config key 'demo.path_scorer'"):
+        load_config(None, ["demo.path_scorer=auto"])

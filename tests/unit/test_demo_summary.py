@@ -1,11 +1,11 @@
-"""The demo's closing table (`workflows.demo.summary_table`) tells a person how to open the runs of the
+"""The demo's closing table (`xh.stages.demo.summary_table`) tells a person how to open the runs of the
 tracking store the demo used, never with the credentials its URI may carry."""
 
 from __future__ import annotations
 
 import pytest
 
-from workflows.demo import shown_uri, summary_table
+from xh.stages.demo import shown_uri, summary_table
 
 
 def _summary(tracking_uri: str) -> dict:
@@ -67,3 +67,75 @@ def test_the_summary_keeps_the_uri_without_user_info():
 def test_the_table_shows_the_question_the_served_champion_answered():
     (line,) = [row for row in summary_table(_summary("sqlite:///m.db")).splitlines() if row.startswith("served")]
     assert "xh-hotpot v2 over HTTP: 'Which magazine was started first?' -> \"Arthur's Magazine\"" in line
+
+
+def test_the_demo_run_records_each_stage_its_seconds_and_the_summary(tmp_path, monkeypatch):
+    import mlflow
+
+    from xh.config import load_config
+    from xh.stages.demo import Stages
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cfg = load_config(None, [f"mlflow.tracking_uri={uri}", f"mlflow.artifact_location={tmp_path}/artifacts"])
+    with Stages(cfg) as stage:
+        stage("synth", lambda: {"docs": 3})
+        stage("check", lambda: {"true_links": 2, "docs_missing": 0})
+    summary = stage.summary
+    assert summary["mlflow_tracking_uri"] == uri and summary["synth"] == {"docs": 3}
+    run = mlflow.get_run(summary["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["demo.train_path_scorer"] == "False"
+    assert run.data.metrics["synth.docs"] == 3 and run.data.metrics["check.true_links"] == 2
+    assert run.data.metrics["synth.seconds"] >= 0 and "check.seconds" in run.data.metrics
+    logged = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/summary.json")
+    assert logged == {"synth": {"docs": 3}, "check": {"true_links": 2, "docs_missing": 0}}
+
+    with pytest.raises(RuntimeError, match="tables disagree"), Stages(cfg) as failed:
+        failed("check", lambda: (_ for _ in ()).throw(RuntimeError("the tables disagree")))
+    assert mlflow.get_run(failed.summary["mlflow_run_id"]).info.status == "FAILED"
+
+
+def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_summary(capsys):
+    import json
+    from pathlib import Path
+
+    from workflows.common import main
+
+    seen = []
+
+    def run(cfg):
+        seen.append(cfg.demo)
+        return _summary("sqlite:///m.db")
+
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml")
+    main("demo", run, ["--config", config, "--no-train-path-scorer", "--train-reranker"])
+    assert [(d.train_reranker, d.train_path_scorer, d.train_sentence_reranker) for d in seen] == [(True, False, False)]
+    out, err = capsys.readouterr()
+    assert json.loads(out)["mlflow_run_id"] == "r1"
+    assert err.strip().splitlines()[0].startswith("world") and err.strip().splitlines()[-1].startswith("MLflow")
+    main("demo", run, ["--config", config])
+    assert (seen[-1].train_reranker, seen[-1].train_path_scorer) == (False, True)  # configs/demo.yaml's
+
+
+def test_the_fever_leg_builds_with_the_sentence_reranker_it_trained_and_scores_with_the_champion_it_has():
+    from pathlib import Path
+
+    from xh.config import load_config
+    from xh.stages import demo
+
+    config = Path(__file__).resolve().parents[2] / "configs" / "demo-fever.yaml"
+    claims = {"all": "w/fever/claims.jsonl", "incoming": "runs/incoming-claims", "train": {"path": "t.jsonl"}}
+    trained = {"rerank": {"output": "runs/models/sentence-reranker"}, "claims": claims}
+    cfg = load_config(config)
+    assert demo.with_sentence_reranker(cfg, trained).graphs.sentence_reranker is None  # not asked: not used
+    cfg = demo.with_sentence_reranker(load_config(config, ["demo.train_sentence_reranker=true"]), trained)
+    graphs = demo.fever_graphs_config(cfg, "dev", claims).graphs
+    assert (graphs.sentence_reranker, graphs.claims_split, graphs.questions) == (
+        "runs/models/sentence-reranker",
+        "dev",
+        "w/fever/claims.jsonl",
+    )
+    first_below_the_floor = {"promoted": False, "champion": None}
+    assert demo.fever_score_config(cfg, claims, first_below_the_floor).score.model == "models:/xh-fever@challenger"
+    assert demo.fever_score_config(cfg, claims, {"promoted": True}).score.model == "models:/xh-fever@champion"
+    assert demo.fever_score_config(cfg, claims, {"promoted": True}).score.input == "runs/incoming-claims"

@@ -318,29 +318,29 @@ def test_expansion_neighbours_are_ordered_by_the_reranker(synth_tables):
         assert [r["score"] for r in exp] == [_KnownScores.of(p) for p in passages([r["doc_id"] for r in exp])]
 
 
-def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_retrieves_with_it(tmp_path, monkeypatch):
-    from workflows import demo
+def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_retrieves_with_it(tmp_path):
     from xh.config import load_config
+    from xh.stages import demo
+    from xh.store import Store
     from xh.train.loop import in_dev_split
 
-    cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}"])
+    cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}", "demo.train_reranker=true"])
     questions = [{"_id": f"q{i}", "question": f"question {i}?"} for i in range(40)]
     (tmp_path / "world" / "hotpot").mkdir(parents=True)
     (tmp_path / "world" / "hotpot" / "questions.json").write_text(json.dumps(questions))
-    seen = {}
-    monkeypatch.setattr(demo.rerank, "run", lambda c: seen.setdefault("cfg", c) and {"output": "x"})
-    demo.train_reranker(cfg)
-    trained = json.loads(open(seen["cfg"].rerank.questions).read())
+    trained = json.loads(open(demo.reranker_config(cfg, Store.from_config(cfg)).rerank.questions).read())
     assert trained and [q["_id"] for q in trained] == [
         q["_id"] for q in questions if not in_dev_split(q["_id"], cfg.train.dev_fraction)
     ]
     assert len(trained) < len(questions)
-    assert cfg.retrieve.path_scorer == demo.AUTO  # configs/demo.yaml trains one
-    ranked = demo._with_rankers(cfg, "runs/demo/models/reranker", "runs/demo/models/path-scorer")
-    retrieve = demo._retrieve_config(ranked).retrieve
+    assert cfg.demo.train_path_scorer  # configs/demo.yaml trains one
+    done = {"rerank": {"output": "runs/demo/models/reranker"}, "paths": {"output": "runs/demo/models/path-scorer"}}
+    retrieve = demo.retrieve_config(demo.with_rankers(cfg, done)).retrieve
     assert retrieve.reranker == "runs/demo/models/reranker" and retrieve.questions.endswith("questions.json")
     assert retrieve.path_scorer == "runs/demo/models/path-scorer"
-    assert demo._with_rankers(cfg, None, None).retrieve.path_scorer is None  # none trained: none used, never "auto"
+    assert demo.with_rankers(cfg, {}).retrieve.path_scorer is None  # none trained: none used
+    untrained = load_config("configs/demo.yaml", ["demo.train_path_scorer=false"])
+    assert demo.with_rankers(untrained, done).retrieve.path_scorer is None  # not the demo's to train: not used
 
 
 # --- the path re-ranker: the question against two paragraphs -------------------------------------

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from workflows.common import USER_ERRORS
+from workflows.cli import USER_ERRORS
 from xh.staging import DONE, FINGERPRINT, Stages, fingerprint
 from xh.tables import ForeignFolderError
 

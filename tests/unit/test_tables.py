@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from workflows.common import USER_ERRORS
+from workflows.cli import USER_ERRORS
 from xh.stages import wiki
 from xh.store import Store
 from xh.tables import (
