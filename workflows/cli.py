@@ -56,12 +56,14 @@ def flags(section: str, **values) -> list[str]:
     ]
 
 
-def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = ()) -> None:
-    """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
+def run_stage(
+    stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = (), verb: str = "run"
+) -> None:
+    """Load the config, run `workflows.<stage>.<verb>(cfg)`, print its summary; user errors exit 2 in one line."""
     try:
         cfg = load_config(config, [*(overrides or []), *extra])  # a config error before the stage's imports (torch)
         check_before_ray(cfg, stage)
-        run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
+        run: Callable[[XHConfig], dict] = getattr(import_module(f"workflows.{stage}"), verb)
         summary = run(cfg)
     except USER_ERRORS as e:
         fail(str(e))
@@ -205,13 +207,13 @@ def promote(
     if ctx.invoked_subcommand is not None:
         return
     given = flags("promote", model=model, eval_set=eval_set, metric=metric, min_delta=min_delta, floor=floor)
-    run_stage("promote", config, overrides, ["promote.action=promote", *given])
+    run_stage("promote", config, overrides, given)
 
 
 @promote_app.command("rollback")
 def promote_rollback(model: Model = None, config: Config = None, overrides: Sets = None) -> None:
     """Give @champion back to the version the last promotion replaced."""
-    run_stage("promote", config, overrides, ["promote.action=rollback", *flags("promote", model=model)])
+    run_stage("promote", config, overrides, flags("promote", model=model), verb="rollback")
 
 
 @app.command()

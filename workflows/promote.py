@@ -3,7 +3,7 @@
     xh promote --model xh-hotpot --metric f1 --min-delta 0.5        # on the dev split @challenger's training recorded
     xh promote --model xh-hotpot --eval-set s3://bucket/graphs/hotpot-heldout
     python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
-    xh promote rollback --model xh-hotpot
+    xh promote rollback --model xh-hotpot                  # python -m workflows.promote rollback --set promote.model=...
 
 Promotion judges on held-out data only: a named eval set that shares questions with the challenger's
 training set is refused (one line, exit 2), before Ray starts, and so is one whose graphs were built with
@@ -21,21 +21,20 @@ import json
 import mlflow
 
 from workflows.common import init_ray, main, s3_settings
+from xh import registry
 from xh.config import XHConfig
 from xh.graph.store import require_graphs
 from xh.promotion import on_ray
-from xh.registry import alias_version, eval_graph_drift, evaluation_set, promote, rollback
+from xh.registry import alias_version, eval_graph_drift, evaluation_set, promote
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
 
 def run(cfg: XHConfig) -> dict:
     s3, cfg = s3_settings(cfg), absolute_tracking(cfg)  # absolute: Ray actors read the tracking store too
     p = cfg.promote
-    if p.action == "promote" and p.eval_set:  # a missing or broken folder: one line, before MLflow or Ray
+    if p.eval_set:  # a missing or broken folder: one line, before MLflow or Ray
         require_graphs(p.eval_set, s3, "evaluation set")
     configure(cfg.mlflow, s3)
-    if p.action == "rollback":
-        return rollback(p.model)
     gate = dict(metric=p.metric, min_delta=p.min_delta, floor=p.floor)
     challenger = alias_version(p.model, "challenger")
     if challenger is None:
@@ -74,5 +73,14 @@ def run(cfg: XHConfig) -> dict:
     return decision
 
 
-if __name__ == "__main__":
-    main("promote", run)
+def rollback(cfg: XHConfig) -> dict:
+    """Give `@champion` of `promote.model` back to the version the last promotion replaced."""
+    configure(cfg.mlflow, s3_settings(cfg))
+    return registry.rollback(cfg.promote.model)
+
+
+if __name__ == "__main__":  # `python -m workflows.promote [rollback] --config ... --set ...`
+    import sys
+
+    verb = sys.argv[1] if sys.argv[1:2] == ["rollback"] else None
+    main("promote", rollback if verb else run, sys.argv[2:] if verb else None)
