@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 from workflows.common import init_ray, main, verbose
@@ -36,8 +37,9 @@ def run(cfg: XHConfig) -> dict:
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    started = time.monotonic()  # the summary's seconds count the start-up too
     with serving(cfg) as served:
-        return serve.until_stopped(cfg, served, stop)
+        return serve.until_stopped(cfg, served, stop, since=started)
 
 
 if __name__ == "__main__":

@@ -60,12 +60,13 @@ def deployed(cfg: XHConfig, model: dict, verbose: bool = False) -> Iterator[dict
         serve.shutdown()
 
 
-def until_stopped(cfg: XHConfig, served: dict, stop: threading.Event) -> dict:
+def until_stopped(cfg: XHConfig, served: dict, stop: threading.Event, since: float | None = None) -> dict:
     """Serve until `stop` is set, `serve.duration_s` passes or the user interrupts; the summary: the URL, the
-    version served at start and at the end, and how often the app switched versions."""
+    version served at start and at the end, how often the app switched versions and the seconds since `since`
+    (a `time.monotonic()`; default: now)."""
     from xh.serve import call
 
-    start = time.monotonic()
+    start = time.monotonic() if since is None else since
     try:
         stop.wait(cfg.serve.duration_s)
     except KeyboardInterrupt:
