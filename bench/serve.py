@@ -54,11 +54,12 @@ def loop(cfg, questions: list[dict], threads: int) -> dict:
 
     from xh.pipeline import Pipeline
     from xh.serve import graph_half, served_model
+    from xh.store import Store
 
     torch.set_num_threads(threads)
     model = served_model(cfg)
     with tempfile.TemporaryDirectory() as folder:
-        graphs = graph_half(cfg, model, folder)
+        graphs = graph_half(cfg, Store.from_config(cfg), model, folder)
         weights = Pipeline.load(model=f"models:/{model['name']}/{model['version']}")
         latencies, start = [], time.perf_counter()
         for q in questions:

@@ -362,13 +362,13 @@ def promote(
     if ctx.invoked_subcommand is not None:
         return
     given = flags("promote", model=model, eval_set=eval_set, metric=metric, min_delta=min_delta, floor=floor)
-    run_stage("promote", config, overrides, ["promote.action=promote", *given])
+    run_stage("promote", config, overrides, given)
 
 
 @promote_app.command("rollback")
 def promote_rollback(model: Model = None, config: Config = None, overrides: Sets = None) -> None:
     """Give @champion back to the version the last promotion replaced."""
-    run_stage("promote", config, overrides, ["promote.action=rollback", *flags("promote", model=model)])
+    run_stage("promote", config, overrides, flags("promote", model=model), verb="rollback")
 
 
 @app.command()

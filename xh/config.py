@@ -291,7 +291,6 @@ class ScoreConfig(Section):
 class PromoteConfig(Section):
     """`xh promote`: challenger against champion on one evaluation set, or a rollback."""
 
-    action: Literal["promote", "rollback"] = "promote"
     model: str = Field("xh-hotpot", description="registered model name")
     eval_set: str | None = Field(
         None, description="held-out graphs with gold labels; default: the dev split of the challenger's training run"

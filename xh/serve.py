@@ -42,20 +42,17 @@ from typing import Any
 
 from ray import serve
 
+from xh import locations
 from xh.config import ConfigError, XHConfig, load_config
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.pipeline_record import apply_pipeline
 from xh.questions import InputLimits, question_rows, record_id
 from xh.registry import parse_model_uri, pipeline_of, resolve_model
-from xh.storage import S3Settings, join
+from xh.store import Store
 
 APP_NAME = "xh"
 KEEP_VERSIONS = 2  # the version served and the one before it (requests in flight during a switch)
 log = logging.getLogger("xh.serve")
-
-
-def s3_of(cfg: XHConfig) -> S3Settings:
-    return S3Settings.from_env(endpoint_url=cfg.storage.s3_endpoint_url, region=cfg.storage.s3_region)
 
 
 def alias_of(cfg: XHConfig) -> str | None:
@@ -76,7 +73,7 @@ def served_model(cfg: XHConfig) -> dict:
         raise ConfigError(str(e).replace("score.model", "serve.model", 1)) from None
 
 
-def version_config(cfg: XHConfig, model: dict, folder: str) -> XHConfig:
+def version_config(cfg: XHConfig, store: Store, model: dict, folder: str) -> XHConfig:
     """The config with the version's recorded pipeline (`xh.pipeline_record.apply_pipeline`, no drift allowed:
     a prediction-affecting setting the config changes is a one-line `PipelineDrift`); its copied models land in
     `folder`, which must outlive the graph half. A version without a record: the config's own settings."""
@@ -90,28 +87,20 @@ def version_config(cfg: XHConfig, model: dict, folder: str) -> XHConfig:
         )
         return cfg
     record, local = found
-    return apply_pipeline(cfg, record, local, s3_of(cfg), allow_drift=False)[0]
+    return apply_pipeline(cfg, record, local, store.s3, allow_drift=False)[0]
 
 
-def index_of(cfg: XHConfig) -> str:
-    return cfg.retrieve.index or join(cfg.storage.root, "index", "bm25")
-
-
-def tables_of(cfg: XHConfig) -> str:
-    return cfg.retrieve.tables or join(cfg.storage.root, "tables")
-
-
-def graph_half(cfg: XHConfig, model: dict, folder: str) -> Pipeline:
+def graph_half(cfg: XHConfig, store: Store, model: dict, folder: str) -> Pipeline:
     """The graph half of `model`'s pipeline (`Pipeline.load` with the version's settings)."""
-    used = version_config(cfg, model, folder)
+    used = version_config(cfg, store, model, folder)
     retrieval, graph = settings_of(used)
     return Pipeline.load(
-        index=index_of(used),
-        tables=tables_of(used),
+        index=locations.index(used),
+        tables=locations.tables(used, used.retrieve.tables),
         retrieval=retrieval,
         graph=graph,
         classifier=used.score.question_classifier,
-        s3=s3_of(used),
+        s3=store.s3,
     )
 
 
@@ -152,7 +141,8 @@ class GraphHalf:
     def __init__(self, cfg: XHConfig):
         from xh.tracking import configure
 
-        configure(cfg.mlflow, s3_of(cfg))
+        self.store = Store.from_config(cfg)
+        configure(cfg.mlflow, self.store.s3)
         self.cfg, self.folders = cfg, {}
         self.versions = _Versions(self._load)
         self.busy = asyncio.Lock()  # one batch of questions at a time: retrieval holds the CPU it was given
@@ -160,7 +150,7 @@ class GraphHalf:
     def _load(self, model: dict) -> Pipeline:
         # the version's copied models (the path scorer) stay on disk while the replica lives
         folder = self.folders.setdefault(model["version"], tempfile.mkdtemp(prefix=f"xh-serve-v{model['version']}-"))
-        return graph_half(self.cfg, model, folder)
+        return graph_half(self.cfg, self.store, model, folder)
 
     async def load(self, model: dict) -> str:
         await self.versions.get(model)
@@ -182,7 +172,7 @@ class ModelHalf:
             import torch
 
             torch.set_num_threads(cfg.serve.model_threads)
-        configure(cfg.mlflow, s3_of(cfg))
+        configure(cfg.mlflow, Store.from_config(cfg).s3)
         self.cfg = cfg
         self.versions = _Versions(self._load)
         self.predict_batch.set_max_batch_size(cfg.serve.max_batch_size)
@@ -230,7 +220,7 @@ class Ingress:
     async def __init__(self, graphs, model, cfg: XHConfig):
         from xh.tracking import configure
 
-        configure(cfg.mlflow, s3_of(cfg))
+        configure(cfg.mlflow, Store.from_config(cfg).s3)
         self.graph_half, self.model_half, self.cfg = graphs, model, cfg
         self.alias = alias_of(cfg)
         self.limits = InputLimits(question_chars=cfg.serve.max_question_chars)

@@ -89,10 +89,10 @@ def slow_proxy(mlflow_server, tmp_path):
 HOLDER = """
 import json, os, sys, time, uuid
 import mlflow
-from xh import registry
+from xh.registry import lock
 
 uri, name, log, wait_for, hold = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
-registry.LEASE_TTL_S = float(os.environ.get("XH_TEST_TTL", registry.LEASE_TTL_S))
+lock.LEASE_TTL_S = float(os.environ.get("XH_TEST_TTL", lock.LEASE_TTL_S))
 client = mlflow.MlflowClient(uri)
 deadline = time.monotonic() + 120
 while wait_for != "-" and not os.path.exists(wait_for):
@@ -108,13 +108,13 @@ for round in range(int(os.environ.get("XH_TEST_ROUNDS", "1"))):
             time.sleep(0.01)
         time.sleep(max(0.0, float(open(go).read()) - time.time()))  # the start time the test wrote in it
     owner = uuid.uuid4().hex
-    registry._acquire_lease(client, name, owner, 120)
+    lock.acquire_lease(client, name, owner, 120)
     start = time.time()
     if os.environ.get("XH_TEST_DIE"):
         os.kill(os.getpid(), 9)  # a holder that dies without giving the lock back
     time.sleep(hold)
     end = time.time()
-    registry._release_lease(client, name, owner)
+    lock.release_lease(client, name, owner)
     with open(log, "a") as f:
         f.write(json.dumps([start, end]) + "\\n")
 """
@@ -218,13 +218,13 @@ from xh import registry
 
 uri, name, version, out, wait_for = sys.argv[1:6]
 f1 = {"1": 0.30, "2": 0.50, "3": 0.80}
-registry.evaluate_version = lambda model, v, rows, task, missed=(): {"f1": f1[v]}
+table = lambda model, v, rows, task, missed=(): {"f1": f1[v]}
 mlflow.set_tracking_uri(uri)
 deadline = time.monotonic() + 120
 while wait_for != "-" and not os.path.exists(wait_for):
     assert time.monotonic() < deadline
     time.sleep(0.02)
-decision = registry.promote(name, [], metric="f1", min_delta=0.5, challenger_version=version)
+decision = registry.promote(name, [], metric="f1", min_delta=0.5, challenger_version=version, evaluate=table)
 open(out, "w").write(json.dumps(decision))
 """
 

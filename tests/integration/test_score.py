@@ -210,11 +210,12 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
                     time.sleep(0.2)
         return {"f1": f1[version]}
 
-    monkeypatch.setattr(registry, "evaluate_version", fixed_metrics)
     decisions: dict[str, dict] = {}
 
     def run(version: str) -> None:
-        decisions[version] = registry.promote(name, [], metric="f1", min_delta=0.5, challenger_version=version)
+        decisions[version] = registry.promote(
+            name, [], metric="f1", min_delta=0.5, challenger_version=version, evaluate=fixed_metrics
+        )
 
     threads = [threading.Thread(target=run, args=(v,), name=v) for v in ("2", "3")]
     for t in threads:
@@ -251,15 +252,15 @@ def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decisio
     name = f"xh-lease-{uuid.uuid4().hex[:6]}"
     _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1)
     client = mlflow.MlflowClient()
-    monkeypatch.setattr(registry, "evaluate_version", lambda *a: {"f1": 0.5})
+    fixed = lambda *a: {"f1": 0.5}  # noqa: E731
     lock = name + registry.LOCK_SUFFIX  # the registry lock, held by another promotion
     client.create_registered_model(lock, tags={"owner": "someone-else", "expires": str(time.time() + 60)})
-    blocked = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
+    blocked = registry.promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
     assert not blocked["promoted"] and "holds" in blocked["reason"]
-    assert registry._version_of(client, name, "champion") is None
+    assert registry.alias_version(name, "champion") is None
 
     client.set_registered_model_tag(lock, "expires", str(time.time() - 1))  # an expired lock is broken
-    taken = registry.promote(name, [], metric="f1", lease_timeout_s=2.0)
+    taken = registry.promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
     assert taken["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
 
 

@@ -38,10 +38,11 @@ def _expected(cfg, name: str, version: str, questions: list[dict]) -> dict[str, 
     """What `Pipeline` answers for `questions` with version `version`: its recorded graph half, then its model."""
     from xh.pipeline import Pipeline
     from xh.serve import answer, graph_half
+    from xh.store import Store
 
     model = {"name": name, "version": version, "run_id": ""}
     with tempfile.TemporaryDirectory() as folder:
-        graphs, _ = graph_half(cfg, model, folder).graphs(
+        graphs, _ = graph_half(cfg, Store.from_config(cfg), model, folder).graphs(
             [{"qid": q["_id"], "question": q["question"], "type": None} for q in questions]
         )
     predictions = Pipeline.load(model=f"models:/{name}/{version}").predict(graphs)

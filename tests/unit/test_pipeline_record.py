@@ -124,6 +124,7 @@ def test_graphs_of_the_distractor_setting_record_no_index(version):
 def test_registration_copies_the_path_scorer_where_scoring_reads_it(tmp_path, monkeypatch, relative):
     """The demo names its path scorer by a relative path, which the listing gives back absolute."""
     from xh.registry import with_pipeline
+    from xh.store import Store
 
     monkeypatch.chdir(tmp_path)
     scorer = _scorer(tmp_path / "models" / "path-scorer", [1.0, 2.0])
@@ -133,7 +134,9 @@ def test_registration_copies_the_path_scorer_where_scoring_reads_it(tmp_path, mo
     (tmp_path / "model" / "weights").write_text("w")
     named = "models/path-scorer" if relative else scorer
     cfg = load_config(None, [f"storage.root={tmp_path}", f"retrieve.path_scorer={named}"])
-    folder = with_pipeline(str(tmp_path / "model"), str(tmp_path / "staging"), cfg, str(tmp_path / "graphs"))
+    folder = with_pipeline(
+        str(tmp_path / "model"), str(tmp_path / "staging"), cfg, Store.from_config(cfg).at(str(tmp_path / "graphs"))
+    )
     copied = tmp_path / "staging" / "model" / "pipeline" / "retrieve.path_scorer" / "path_scorer.json"
     assert json.loads(copied.read_text()) == {"weights": [1.0, 2.0]}
     assert folder == str(tmp_path / "staging" / "model")

@@ -1,0 +1,116 @@
+"""The MLflow model registry: package a trained model as a pyfunc, register it, gate promotion.
+
+    log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
+    version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
+    model, tokenizer = load_version(version["name"], version["version"])
+    model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
+    model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")   # `xh.pyfunc_entry`: it answers questions
+    model.predict(pd.DataFrame({"id": [...], "question": [...]}))          # rows validated as `PyfuncInput`
+    model.predict(pd.DataFrame({"qid": [...], "question": [...], "graph": [json.dumps(graph_row)]}))
+    decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0, missed=quarantined_ids)
+    rollback("xh-hotpot")
+
+One module per concern:
+
+    pyfunc       the pyfunc's input rows (`PyfuncInput`), its signature, a version loaded from its data folder
+    register     logging a model folder with its pipeline record as a version (`log_and_register`, `pipeline_of`)
+    versions     looking a version up by alias or number, and loading it (`resolve_model`, `load_registered`)
+    evaluation   the held-out evaluation set, its graph-setting check, a version's official metrics
+    lock         the registry lock a promotion or rollback holds while it moves the alias
+    champion     `promote` and `rollback`: moving `@champion`, with its history
+
+A version's files are data only: the safetensors weights, tokenizer and config (the saved-model folder,
+the pyfunc's `data`), its MLmodel, signature and requirements; no code. Its pyfunc is MLflow's `loader_module`
+flavour naming `xh.pyfunc_entry`, which MLflow imports from the installed `xh` package. Promotion, rollback and
+scoring go further (`load_registered`): they read MLmodel as YAML only to find the data folder, and build the
+model with this package's classes, so that nothing written to the artifact store (a `code/` folder, a python
+file, a pickle, another loader module in a rewritten MLmodel) ever runs with the job's credentials. Serving the
+pyfunc (`mlflow models serve`) therefore needs the project installed: the image, or `--env-manager local`.
+Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
+challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
+`floor`); the move is a compare-and-swap under the registry lock (`xh.registry.lock`), and every version it
+replaces is appended to the registered model's tag `champion_history`, whose last `rollback` restores.
+"""
+
+from xh.registry.champion import HISTORY_TAG, PREVIOUS_CHAMPION_TAG, champion_history, promote, rollback
+from xh.registry.evaluation import (
+    eval_graph_drift,
+    evaluate_version,
+    evaluation_set,
+    official_metrics,
+    version_predictions,
+)
+from xh.registry.lock import LEASE_TTL_S, LOCK_SUFFIX
+from xh.registry.pyfunc import (
+    INPUT_COLUMNS,
+    LOADER_MODULE,
+    LoadedVersion,
+    PyfuncInput,
+    XHPyfunc,
+    graph_input,
+    input_columns,
+    predictions_frame,
+    pyfunc_signature,
+    takes_graph_rows,
+)
+from xh.registry.register import (
+    PIPELINE_DIR,
+    data_snapshot,
+    log_and_register,
+    model_flavour,
+    pip_requirements,
+    pipeline_of,
+    with_pipeline,
+)
+from xh.registry.versions import (
+    alias_version,
+    data_folder,
+    load_registered,
+    load_version,
+    parse_model_uri,
+    resolve_model,
+    version_files,
+    version_loads,
+    version_of,
+)
+
+__all__ = [
+    "HISTORY_TAG",
+    "INPUT_COLUMNS",
+    "LEASE_TTL_S",
+    "LOADER_MODULE",
+    "LOCK_SUFFIX",
+    "PIPELINE_DIR",
+    "PREVIOUS_CHAMPION_TAG",
+    "LoadedVersion",
+    "PyfuncInput",
+    "XHPyfunc",
+    "alias_version",
+    "champion_history",
+    "data_folder",
+    "data_snapshot",
+    "eval_graph_drift",
+    "evaluate_version",
+    "evaluation_set",
+    "graph_input",
+    "input_columns",
+    "load_registered",
+    "load_version",
+    "log_and_register",
+    "model_flavour",
+    "official_metrics",
+    "pip_requirements",
+    "pipeline_of",
+    "predictions_frame",
+    "parse_model_uri",
+    "promote",
+    "pyfunc_signature",
+    "resolve_model",
+    "rollback",
+    "takes_graph_rows",
+    "version_files",
+    "version_loads",
+    "version_of",
+    "version_predictions",
+    "with_pipeline",
+]
