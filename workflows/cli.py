@@ -56,12 +56,14 @@ def flags(section: str, **values) -> list[str]:
     ]
 
 
-def run_stage(stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = ()) -> None:
-    """Load the config, run `workflows.<stage>.run(cfg)`, print its summary; user errors exit 2 in one line."""
+def run_stage(
+    stage: str, config: str | None, overrides: list[str] | None, extra: list[str] = (), verb: str = "run"
+) -> None:
+    """Load the config, run `workflows.<stage>.<verb>(cfg)`, print its summary; user errors exit 2 in one line."""
     try:
         cfg = load_config(config, [*(overrides or []), *extra])  # a config error before the stage's imports (torch)
         check_before_ray(cfg, stage)
-        run: Callable[[XHConfig], dict] = import_module(f"workflows.{stage}").run
+        run: Callable[[XHConfig], dict] = getattr(import_module(f"workflows.{stage}"), verb)
         summary = run(cfg)
     except USER_ERRORS as e:
         fail(str(e))
@@ -124,32 +126,32 @@ Questions = Annotated[
 @retrieve_app.command("index")
 def retrieve_index(config: Config = None, overrides: Sets = None) -> None:
     """Build the sharded BM25 index of the docs table (corpus-wide statistics, exact rank-bm25 scores)."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=index"])
+    run_stage("retrieve", config, overrides, verb="index")
 
 
 @retrieve_app.command("run")
 def retrieve_run(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Questions -> candidates: BM25 top 100, entity links, hyperlink expansion (needs the index)."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=run", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="run")
 
 
 @retrieve_app.command("eval")
 def retrieve_eval(config: Config = None, overrides: Sets = None) -> None:
     """Supp / Ans recall at 2, 5, 10, 100 and after expansion, overall and per question type."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=eval"])
+    run_stage("retrieve", config, overrides, verb="evaluate")
 
 
 @retrieve_app.command("all")
 def retrieve_all(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Index (if missing), candidates and evaluation in one go."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=all", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="all_steps")
 
 
 @retrieve_app.command("paths")
 def retrieve_paths(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Train the path scorer on the questions' supporting facts (needs the index); use it with
     --set retrieve.path_scorer=PATH."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=paths", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="paths")
 
 
 @app.command()

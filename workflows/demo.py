@@ -118,7 +118,7 @@ def run(cfg: XHConfig) -> dict:
             stage("paths", lambda: train_path_scorer(_with_rankers(cfg, reranker, None)))
         # every later stage (batch scoring too) retrieves with the rankers just trained
         cfg = _with_rankers(cfg, reranker, stages.get("paths", {}).get("output"))
-        stage("retrieve", lambda: retrieve.run(_retrieve_config(cfg)))
+        stage("retrieve", lambda: retrieve.all_steps(_retrieve_config(cfg)))
         stage("graphs", lambda: graphs.run(cfg))
         stage("train", lambda: train.run(cfg))
         stage("question_types", lambda: train_question_classifier(cfg))
@@ -328,8 +328,8 @@ def train_reranker(cfg: XHConfig) -> dict:
 
 def train_path_scorer(cfg: XHConfig) -> dict:
     """The path scorer (and the BM25 index first), trained on the world's training questions."""
-    update = {"step": "paths", "questions": _training_questions(cfg), "path_scorer": None}
-    return retrieve.run(cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)}))
+    update = {"questions": _training_questions(cfg), "path_scorer": None}
+    return retrieve.paths(cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update=update)}))
 
 
 def _with_rankers(cfg: XHConfig, reranker: str | None, path_scorer: str | None) -> XHConfig:

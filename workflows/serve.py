@@ -31,6 +31,7 @@ def serving(cfg: XHConfig) -> Iterator[dict]:
 
     from xh.retrieval.index import read_manifest
     from xh.serve import APP_NAME, alias_of, app_for, base_url, index_of, served_model, version_config, wait_healthy
+    from xh.storage import Store
 
     alias_of(cfg)  # a malformed URI before MLflow is touched
     cfg = absolute_tracking(cfg)
@@ -39,7 +40,7 @@ def serving(cfg: XHConfig) -> Iterator[dict]:
     with tempfile.TemporaryDirectory(prefix="xh-serve-check-") as folder:
         used = version_config(cfg, model, folder)  # a drift: one line here, not a failed replica later
     if used.graphs.task != "fever":
-        read_manifest(index_of(used), s3_settings(cfg))
+        read_manifest(Store.from_config(cfg).at(index_of(used)))
     init_ray(cfg)
     # a line per request and replica event on the console only with -v (they stay in Ray's log files)
     logging_config = {"log_level": "DEBUG" if verbose() else "WARNING", "enable_access_log": verbose()}

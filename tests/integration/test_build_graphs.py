@@ -57,7 +57,7 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
     import mlflow
 
     cfg = _config(world, mlflow_server, f"graphs.tokenizer={minilm_path}", "graphs.max_node_tokens=128")
-    retrieve.run(cfg)
+    retrieve.all_steps(cfg)
     summary = graphs.run(cfg)
 
     questions = pads.dataset(str(world / "retrieval" / "questions")).to_table().to_pylist()
@@ -127,7 +127,7 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
 
     cfg = _config(world, mlflow_server)
     if read_marker(str(world / "graphs" / "hotpot")) is None:
-        retrieve.run(cfg)
+        retrieve.all_steps(cfg)
         graphs.build(cfg)
     before = {name: _files(world / name) for name in ("graphs", "retrieval")}
     assert read_marker(str(world / "graphs" / "hotpot"))["rows"] > 0
@@ -142,7 +142,7 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     # retrieval: the new questions are written, then the candidates fail
     monkeypatch.setattr(retrieve, "retrieve", fails)
     with pytest.raises(RuntimeError, match="interrupted midway"):
-        retrieve.run_candidates(cfg)
+        retrieve.run(cfg)
     assert {name: _files(world / name) for name in ("graphs", "retrieval")} == before
     assert not [p for p in world.rglob("*.staging")]
 

@@ -58,7 +58,7 @@ def _files(folder: Path) -> dict:
 
 
 def _driver(root: Path, ray_tmp: str) -> subprocess.Popen:
-    args = ["--set", f"storage.root={root}", "--set", "retrieve.step=index", "--set", "ray.num_cpus=1"]
+    args = ["index", "--set", f"storage.root={root}", "--set", "ray.num_cpus=1"]
     return subprocess.Popen(
         [sys.executable, "-m", "workflows.retrieve", *args],
         cwd=ROOT,

@@ -66,7 +66,7 @@ def _wiki_tables(root: Path) -> None:
         ),
         (
             "retrieve",
-            ["--set", "retrieve.step=index", "--set", "retrieve.index=s3://bucket/index"],
+            ["--set", "retrieve.index=s3://bucket/index"],
             "error: s3://bucket/index: no S3 endpoint configured",
         ),
     ],
