@@ -123,6 +123,7 @@ def _files(folder):
 def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     ray_cluster, mlflow_server, world, monkeypatch
 ):
+    from xh.stages import retrieve as retrieve_stage
     from xh.tables import IncompleteTableError, read_marker
 
     cfg = _config(world, mlflow_server)
@@ -140,7 +141,7 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     with pytest.raises(RuntimeError, match="interrupted midway"):
         graphs.build(cfg)
     # retrieval: the new questions are written, then the candidates fail
-    monkeypatch.setattr(retrieve, "retrieve", fails)
+    monkeypatch.setattr(retrieve_stage, "candidates", fails)
     with pytest.raises(RuntimeError, match="interrupted midway"):
         retrieve.run(cfg)
     assert {name: _files(world / name) for name in ("graphs", "retrieval")} == before
