@@ -159,14 +159,14 @@ def build_world(cfg, records: list[dict]) -> None:
     steps = [
         ("synth", lambda c: synth.run(c)),
         ("wiki", lambda c: wiki.run(demo.wiki_config(c))),
-        ("retrieve_paths", lambda c: retrieve.run(demo.path_scorer_config(c, Store.from_config(c)))),
+        ("retrieve_paths", lambda c: retrieve.paths(demo.path_scorer_config(c, Store.from_config(c)))),
     ]
     for name, step in steps:
         start = time.perf_counter()
         summary = step(cfg)
         emit({"name": f"stage/{name}", "seconds": round(time.perf_counter() - start, 2)}, records)
     cfg = cfg.model_copy(update={"retrieve": cfg.retrieve.model_copy(update={"path_scorer": summary["output"]})})
-    for name, step in [("retrieve", lambda c: retrieve.run(demo.retrieve_config(c))), ("graphs", graphs.run)]:
+    for name, step in [("retrieve", lambda c: retrieve.all_steps(demo.retrieve_config(c))), ("graphs", graphs.run)]:
         start = time.perf_counter()
         summary = step(cfg)
         figures = {"graphs": summary["graphs"]} if name == "graphs" else {}
@@ -255,7 +255,8 @@ def ratios(records: list[dict]) -> list[dict]:
 def promote_and_score(cfg, device: str, records: list[dict]) -> None:
     """`@challenger` promoted on the held-out graphs, then the held-out questions scored by model actors
     (a GPU each on CUDA) against the champion in a plain loop on the same device."""
-    from workflows import retrieve, score
+    from workflows import score
+    from xh import locations
     from xh.pipeline import Pipeline, settings_of
     from xh.stages import demo
     from xh.storage import join, open_output
@@ -283,10 +284,8 @@ def promote_and_score(cfg, device: str, records: list[dict]) -> None:
 
     start = time.perf_counter()
     retrieval, graph = settings_of(cfg)
-    paths = retrieve._paths(cfg)  # the index and tables retrieval used
-    pipeline = Pipeline.load(
-        index=paths["index"], tables=paths["tables"], retrieval=retrieval, graph=graph, model=model, batch_graphs=32
-    )
+    index, tables = locations.index(cfg), locations.tables(cfg, cfg.retrieve.tables)  # what retrieval used
+    pipeline = Pipeline.load(index=index, tables=tables, retrieval=retrieval, graph=graph, model=model, batch_graphs=32)
     loaded = time.perf_counter()
     answered = 0
     for i in range(0, len(rows), 64):

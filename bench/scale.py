@@ -8,12 +8,12 @@ whole in memory) goes through the stages' own drivers on one local Ray cluster o
 
     synth     workflows.synth.run      the world: wiki dump shards + Q questions
     wiki      workflows.wiki.run       dump -> docs / links / redirects / anchors / quarantine
-    index     retrieve.build_index     docs -> the sharded BM25 index (`--shards`)
-    layout    retrieve.prepare_layouts the node's one copy of the retrieval state (xh.retrieval.shared)
+    index     retrieve.index           docs -> the sharded BM25 index (`--shards`)
+    layout    prepare_layouts          the node's one copy of the retrieval state (xh.retrieval.shared)
     fanout    (with --shard-budget-gib) BM25 top-k of the Q questions through shard actors grouped under
               the budget, merged, against one process over every shard: `identical`
     retrieve_1actor                    the retrieval below with one query actor (N <= --one-actor-max)
-    retrieve  retrieve.run_candidates  Q questions -> candidates (BM25, entity links, expansion, the
+    retrieve  retrieve.run             Q questions -> candidates (BM25, entity links, expansion, the
                                        path scorer when `--set retrieve.path_scorer=...`), 2 query actors
     graphs    graphs.build             candidates -> one evidence graph per question
     score     score.run                `--score-questions` new questions -> retrieval, graphs, the XH model
@@ -111,6 +111,7 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
 
     from workflows import graphs, retrieve, score, synth, wiki
     from xh.config import load_config
+    from xh.stages.retrieve import prepare_layouts
 
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         work = Path(tmp)
@@ -155,7 +156,7 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
         def fit_paths():
             """A path scorer trained on the first `--path-questions` questions, as `xh retrieve paths` trains it."""
             train_file.write_text(json.dumps(json.loads(questions_file.read_text())[: args.path_questions]))
-            return retrieve.fit_paths(cfg.model_copy(update={"retrieve": training}))
+            return retrieve.paths(cfg.model_copy(update={"retrieve": training}))
 
         def retrieval(workers: int):
             update = {"workers": workers, "path_scorer": scorer if args.path_questions else None}
@@ -166,16 +167,16 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
         stages = [
             ("synth", lambda: synth.run(cfg), num_docs, ["world"]),
             ("wiki", lambda: wiki.run(cfg), num_docs, ["tables"]),
-            ("index", lambda: retrieve.build_index(cfg), num_docs, ["index"]),
+            ("index", lambda: retrieve.index(cfg), num_docs, ["index"]),
             # the node's one copy of the retrieval state, laid out once (the query actors map it)
-            ("layout", lambda: retrieve.prepare_layouts(index_uri, tables_uri, None), num_docs, ["node-cache"]),
+            ("layout", lambda: prepare_layouts(index_uri, tables_uri), num_docs, ["node-cache"]),
         ]
         if args.path_questions:
             stages.append(("paths", fit_paths, args.path_questions, ["models"]))
         if num_docs <= args.one_actor_max:  # the same retrieval with one query actor, to compare memory
-            stages.append(("retrieve_1actor", lambda: retrieve.run_candidates(one_actor), args.questions, []))
+            stages.append(("retrieve_1actor", lambda: retrieve.run(one_actor), args.questions, []))
         stages += [
-            ("retrieve", lambda: retrieve.run_candidates(two_actors), args.questions, ["retrieval"]),
+            ("retrieve", lambda: retrieve.run(two_actors), args.questions, ["retrieval"]),
             ("graphs", lambda: graphs.build(cfg), args.questions, ["graphs"]),
             ("score", lambda: score.run(cfg), args.score_questions, ["predictions"]),
         ]

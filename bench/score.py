@@ -66,7 +66,7 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
         "train.register_as=xh-bench",
     ]
     cfg = load_config(None, base)
-    retrieve.build_index(cfg)
+    retrieve.index(cfg)
     questions = json.loads((work / "world" / "hotpot" / "questions.json").read_text())
     for folder, some in (("incoming", questions), ("incoming-fixed", questions[:FIXED_QUESTIONS])):
         (work / folder).mkdir()

@@ -263,32 +263,32 @@ Questions = Annotated[
 @retrieve_app.command("index")
 def retrieve_index(config: Config = None, overrides: Sets = None) -> None:
     """Build the sharded BM25 index of the docs table (corpus-wide statistics, exact rank-bm25 scores)."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=index"])
+    run_stage("retrieve", config, overrides, verb="index")
 
 
 @retrieve_app.command("run")
 def retrieve_run(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Questions -> candidates: BM25 top 100, entity links, hyperlink expansion (needs the index)."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=run", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="run")
 
 
 @retrieve_app.command("eval")
 def retrieve_eval(config: Config = None, overrides: Sets = None) -> None:
     """Supp / Ans recall at 2, 5, 10, 100 and after expansion, overall and per question type."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=eval"])
+    run_stage("retrieve", config, overrides, verb="evaluate")
 
 
 @retrieve_app.command("all")
 def retrieve_all(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Index (if missing), candidates and evaluation in one go."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=all", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="all_steps")
 
 
 @retrieve_app.command("paths")
 def retrieve_paths(questions: Questions = None, config: Config = None, overrides: Sets = None) -> None:
     """Train the path scorer on the questions' supporting facts (needs the index); use it with
     --set retrieve.path_scorer=PATH."""
-    run_stage("retrieve", config, overrides, ["retrieve.step=paths", *flags("retrieve", questions=questions)])
+    run_stage("retrieve", config, overrides, flags("retrieve", questions=questions), verb="paths")
 
 
 @app.command()

@@ -34,9 +34,9 @@ def run_hotpot(cfg: XHConfig, store: Store, stage: demo.Stages) -> None:
     if cfg.demo.train_reranker:  # off in configs/demo.yaml: the demo's small re-ranker still loses to BM25
         stage("rerank", lambda: rerank.run(demo.reranker_config(cfg, store)))
     if cfg.demo.train_path_scorer:
-        stage("paths", lambda: retrieve.run(demo.path_scorer_config(demo.with_rankers(cfg, done), store)))
+        stage("paths", lambda: retrieve.paths(demo.path_scorer_config(demo.with_rankers(cfg, done), store)))
     cfg = demo.with_rankers(cfg, done)  # every later stage (batch scoring too) retrieves with them
-    stage("retrieve", lambda: retrieve.run(demo.retrieve_config(cfg)))
+    stage("retrieve", lambda: retrieve.all_steps(demo.retrieve_config(cfg)))
     stage("graphs", lambda: graphs.run(cfg))
     stage("train", lambda: train.run(cfg))
     stage("question_types", lambda: qtype.run(demo.qtype_config(cfg)))

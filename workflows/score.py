@@ -175,7 +175,7 @@ def _snapshot(cfg: XHConfig, paths: dict, s3) -> str:
     if cfg.graphs.task == "fever":
         docs = join(paths["tables"], "docs")
         return f"{docs} docs={count_rows(docs, s3)} retrieval=fever-sentences"
-    return corpus_snapshot(paths["index"], s3)
+    return corpus_snapshot(Store(s3=s3).at(paths["index"]))
 
 
 # what changes where resources change, not the predictions: not part of the staging fingerprint
@@ -467,13 +467,13 @@ def run(cfg: XHConfig) -> dict:
     inputs = question_files(dated_input(sc.input, run_date), s3)
     # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
     if cfg.retrieve.path_scorer:
-        PathScorer.load(cfg.retrieve.path_scorer, s3)
+        PathScorer.load(Store(s3=s3).at(cfg.retrieve.path_scorer))
     configure(cfg.mlflow, s3)
     model = resolve_model(sc.model)
     given = cfg.retrieve.path_scorer
     cfg, drift = version_pipeline(cfg, model, s3)
     if cfg.retrieve.path_scorer and cfg.retrieve.path_scorer != given:
-        PathScorer.load(cfg.retrieve.path_scorer, s3)  # the version's own copy
+        PathScorer.load(Store(s3=s3).at(cfg.retrieve.path_scorer))  # the version's own copy
     paths = _paths(cfg, model, run_date)
     snapshot = _snapshot(cfg, paths, s3)
     digests, skipped = _new_inputs(inputs, sc, paths, model, s3)

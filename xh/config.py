@@ -77,11 +77,6 @@ class WikiConfig(Section):
 
 
 class RetrieveConfig(Section):
-    step: Literal["all", "index", "run", "eval", "paths"] = Field(
-        "all",
-        description="index: the BM25 index; run: candidates (needs the index); eval: recall; all: the three; "
-        "paths: train a path scorer on the questions' supporting facts",
-    )
     questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
     tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
     index: str | None = Field(None, description="BM25 index; default <storage.root>/index/bm25")

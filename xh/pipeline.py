@@ -34,6 +34,7 @@ from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
 from xh.storage import S3Settings
+from xh.store import Store
 
 GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
 
@@ -101,7 +102,8 @@ class Pipeline:
             settings = FeverGraphSettings(reranker=graph.sentence_reranker, rerank_pool=graph.sentence_rerank_pool)
             retriever = FeverGraphBuilder.load(tables, settings, s3)
         elif index is not None:
-            retriever = Retriever.load(index, tables, retrieval, s3)
+            store = Store(s3=s3 or S3Settings.from_env())
+            retriever = Retriever.load(store.at(index), store.at(tables), retrieval)
             docs = DocStore.open(tables, s3, doc_cache)
             if classifier:
                 from xh.model.qtype import QuestionTypeClassifier

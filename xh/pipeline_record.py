@@ -84,6 +84,7 @@ def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
 
     from xh.retrieval.index import read_manifest
     from xh.storage import is_s3, join
+    from xh.store import Store
 
     if cfg.graphs.task == "fever":
         docs = join(cfg.retrieve.tables or join(cfg.storage.root, "tables"), "docs")
@@ -94,7 +95,7 @@ def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
     uri = cfg.retrieve.index or join(cfg.storage.root, "index", "bm25")
     uri = uri if is_s3(uri) else str(Path(uri).resolve())  # a reference that holds from any working folder
     try:
-        manifest = read_manifest(uri, s3)
+        manifest = read_manifest(Store(s3=s3 or S3Settings.from_env()).at(uri))
     except FileNotFoundError:
         return None
     manifest.pop("docs", None)  # where the docs table was: not what the index holds

@@ -104,6 +104,7 @@ def version_graph_half(data_path: str, env=None):
     from xh.pipeline_record import PIPELINE_FILE, apply_pipeline
     from xh.retrieval.index import read_manifest
     from xh.storage import S3Settings
+    from xh.store import Store
 
     env = os.environ if env is None else env
     folder = Path(data_path) / PIPELINE_DIR
@@ -129,7 +130,9 @@ def version_graph_half(data_path: str, env=None):
                 "this model version's graphs were built without an index (the distractor setting): set "
                 f"{INDEX_VAR} (and {TABLES_VAR}) to the index to answer questions from"
             )
-        tables = cfg.retrieve.tables or read_manifest(cfg.retrieve.index, s3)["docs"]  # the tables it indexed
+        tables = (
+            cfg.retrieve.tables or read_manifest(Store(s3=s3).at(cfg.retrieve.index))["docs"]
+        )  # the tables it indexed
     retrieval, graph = settings_of(cfg)
     return Pipeline.load(
         index=cfg.retrieve.index,

@@ -59,7 +59,7 @@ def test_graphs_of_retrieved_documents(ray_cluster, mlflow_server, world, minilm
     import mlflow
 
     cfg = _config(world, mlflow_server, f"graphs.tokenizer={minilm_path}", "graphs.max_node_tokens=128")
-    retrieve.run(cfg)
+    retrieve.all_steps(cfg)
     summary = graphs.run(cfg)
 
     questions = pads.dataset(str(world / "retrieval" / "questions")).to_table().to_pylist()
@@ -125,11 +125,12 @@ def _files(folder):
 def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     ray_cluster, mlflow_server, world, monkeypatch
 ):
+    from xh.stages import retrieve as retrieve_stage
     from xh.tables import IncompleteTableError, read_marker
 
     cfg = _config(world, mlflow_server)
     if read_marker(str(world / "graphs" / "hotpot")) is None:
-        retrieve.run(cfg)
+        retrieve.all_steps(cfg)
         graphs.build(cfg)
     before = {name: _files(world / name) for name in ("graphs", "retrieval")}
     assert read_marker(str(world / "graphs" / "hotpot"))["rows"] > 0
@@ -142,9 +143,9 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     with pytest.raises(RuntimeError, match="interrupted midway"):
         graphs.build(cfg)
     # retrieval: the new questions are written, then the candidates fail
-    monkeypatch.setattr(retrieve, "retrieve", fails)
+    monkeypatch.setattr(retrieve_stage, "candidates", fails)
     with pytest.raises(RuntimeError, match="interrupted midway"):
-        retrieve.run_candidates(cfg)
+        retrieve.run(cfg)
     assert {name: _files(world / name) for name in ("graphs", "retrieval")} == before
     assert not [p for p in world.rglob("*.staging")]
 

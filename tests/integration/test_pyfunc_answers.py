@@ -76,7 +76,7 @@ def world(synth_tables, ray_cluster, mlflow_server, s3_endpoint, tiny_backbone, 
         "mlflow.artifact_location=null",
         "graphs.workers=1",
     ]
-    retrieve.run(load_config(None, base))
+    retrieve.all_steps(load_config(None, base))
     built = graphs.build(load_config(None, base))
     assert built["graphs"] >= QUESTIONS // 2, built
     full = root / "graphs-full"
@@ -203,7 +203,7 @@ def test_a_moved_index_on_s3_answers_the_same_and_another_snapshot_is_refused(
     assert there.to_dict("records") == here.to_dict("records")
 
     other = load_config(None, [f"storage.root={tmp_path}", f"retrieve.tables={world['tables']}", "retrieve.shards=1"])
-    retrieve.build_index(other)  # the same docs in one shard: another manifest, another snapshot
+    retrieve.index(other)  # the same docs in one shard: another manifest, another snapshot
     monkeypatch.setenv("XH_INDEX", str(tmp_path / "index" / "bm25"))
     with pytest.raises(
         PipelineDrift, match=r"^retrieve.index=.* differs from the model version's .*\(snapshot sha256:"

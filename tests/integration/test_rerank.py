@@ -13,6 +13,7 @@ from workflows import rerank, retrieve
 from xh.config import load_config
 from xh.retrieval.rerank import CONFIG_FILE, CrossEncoder
 from xh.storage import list_files
+from xh.store import Store
 
 
 @pytest.mark.multinode
@@ -49,7 +50,7 @@ def test_train_on_two_workers_then_retrieve_with_the_reranker(
     assert summary["metrics"]["step"] == 6 and summary["metrics"]["epoch"] >= 1
     files = {f.rsplit("/", 1)[-1] for f in list_files(output, s3_endpoint)}
     assert {CONFIG_FILE, "model.safetensors", "config.json", "tokenizer.json"} <= files
-    reranker = CrossEncoder.load(output, s3_endpoint)
+    reranker = CrossEncoder.load(Store(s3=s3_endpoint).at(output))
     assert reranker.max_length == 64 and reranker.score("a question?", ["one", "two"]).shape == (2,)
 
     mlflow.set_tracking_uri(mlflow_server)
@@ -72,8 +73,8 @@ def test_train_on_two_workers_then_retrieve_with_the_reranker(
             "retrieve.workers=2",
         ],
     )
-    retrieve.build_index(retrieve_cfg)
-    result = retrieve.run_candidates(retrieve_cfg)
+    retrieve.index(retrieve_cfg)
+    result = retrieve.run(retrieve_cfg)
     assert result["ranker"] == f"reranker {output}" and set(result["candidates"]) >= {"ir", "el"}
     candidates = pads.dataset(str(tmp_path / "retrieval" / "candidates")).to_table().to_pylist()
     assert candidates and {row["ranker"] for row in candidates} == {"reranker"}

@@ -20,7 +20,6 @@ from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.fanout import FanoutShards, layout_shard_bytes, same_results
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.stages import wiki
-from xh.storage import upload_folder
 from xh.store import Store
 
 
@@ -37,12 +36,13 @@ def s3_world(tmp_path_factory, s3_endpoint):
         Store().at(str(root / "tables")), [Store().at(str(root / "world" / "wiki"))], "hotpot", partitions=2, local=True
     )
     prefix = f"s3://xh-test/fanout-{uuid.uuid4().hex[:8]}"
-    tables, index = f"{prefix}/tables", f"{prefix}/index"
-    upload_folder(root / "tables", tables, s3_endpoint)
-    ranges = doc_ranges(f"{tables}/docs", 3, s3_endpoint)
-    stats = CorpusStats.merge(range_stats(r, True, s3_endpoint) for r in ranges)
-    entries = [build_shard(r, stats, index, True, s3_endpoint) for r in ranges]
-    write_manifest(index, stats, entries, tables, True, s3_endpoint)
+    store = Store(s3=s3_endpoint)
+    tables, index = store.at(prefix, "tables"), store.at(prefix, "index")
+    tables.upload(root / "tables")
+    ranges = doc_ranges(tables.join("docs"), 3)
+    stats = CorpusStats.merge(range_stats(r, True, store) for r in ranges)
+    entries = [build_shard(r, stats, index, True) for r in ranges]
+    write_manifest(index, stats, entries, tables.uri, True)
     questions = [q["question"] for q in json.loads((root / "world" / "hotpot" / "questions.json").read_text())]
     return index, tables, questions
 
@@ -51,16 +51,16 @@ def test_shard_actors_on_both_nodes_give_the_results_of_one_retriever_over_every
     ray_cluster, s3_endpoint, s3_world, tmp_path
 ):
     index, tables, questions = s3_world
-    s3, cache = s3_endpoint, tmp_path / "cache"
+    cache = tmp_path / "cache"
     settings = RetrieveConfig(ir_candidates=40)
-    one = Retriever(load_index(index, s3), EntityLinker.load(tables, s3=s3), LinkGraph.load(tables, s3=s3), settings)
+    one = Retriever(load_index(index), EntityLinker.load(tables), LinkGraph.load(tables), settings)
 
     # an s3:// index: its arrays are fetched into the layout once, and every process maps them from there
-    state = shared.node_state(index, tables, s3, cache_dir=cache)
+    state = shared.node_state(index, tables, cache_dir=cache)
     layout = json.loads((state.folder / shared.READY).read_text())
     assert all(meta["files"] == {"weights": "weights.npy", "doc_index": "doc_index.npy"} for meta in layout["shards"])
 
-    searcher = FanoutShards.start(index, tables, [[0], [1, 2]], s3, cache_dir=str(cache))
+    searcher = FanoutShards.start(index, tables, [[0], [1, 2]], cache_dir=str(cache))
     try:
         fan = Retriever(
             state.shards,
@@ -103,11 +103,11 @@ def test_xh_retrieve_run_with_a_shard_budget_writes_the_candidates_of_the_shared
     )
     questions = tmp_path / "world" / "hotpot" / "questions.json"
     base = [f"storage.root={tmp_path}", f"retrieve.questions={questions}", "retrieve.shards=3"]
-    retrieve.build_index(load_config(None, base))
+    retrieve.index(load_config(None, base))
 
     def candidates(*overrides: str) -> list[dict]:
         output = tmp_path / f"retrieval-{len(overrides)}"
-        retrieve.run_candidates(load_config(None, [*base, f"retrieve.output={output}", *overrides]))
+        retrieve.run(load_config(None, [*base, f"retrieve.output={output}", *overrides]))
         rows = pads.dataset(str(output / "candidates")).to_table().to_pylist()
         return sorted(rows, key=lambda r: (r["qid"], r["source"], r["rank"], r["doc_id"]))
 

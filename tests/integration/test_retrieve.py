@@ -11,6 +11,7 @@ from xh.config import load_config
 from xh.retrieval.bm25 import ShardFileError
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.index import load_index
+from xh.stages import retrieve as retrieve_stage
 from xh.stages import wiki
 from xh.store import Store
 
@@ -45,7 +46,7 @@ def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, wo
             "retrieve.batch_size=32",
         ],
     )
-    summary = retrieve.run(cfg)
+    summary = retrieve.all_steps(cfg)
     assert summary["index"]["shards"] == 3 and summary["index"]["docs"] == 1500
     assert summary["questions"] == {"questions": 122, "quarantined": 1}  # the empty question
     assert set(summary["retrieve"]["candidates"]) == {"ir", "el", "exp"}
@@ -68,7 +69,7 @@ def test_candidates_from_three_sources_reach_the_supporting_docs(ray_cluster, wo
 
     # sharding changes no score: a one-shard index gives the same BM25 candidates
     one = load_config(None, [f"storage.root={world}", f"retrieve.index={world / 'index-one'}", "retrieve.shards=1"])
-    retrieve.build_index(one)
+    retrieve.index(one)
     texts = [q["question"] for q in json.loads((world / "questions.json").read_text())[:40]]
     three_shards = Retriever.load(str(world / "index" / "bm25"), str(world / "tables"), cfg.retrieve)
     one_shard = Retriever.load(str(world / "index-one"), str(world / "tables"), cfg.retrieve)
@@ -90,8 +91,8 @@ def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster
         f"retrieve.index={world / 'index-paths'}",
     ]
     tracking = [f"mlflow.tracking_uri={mlflow_server}", "mlflow.experiment=paths", "mlflow.artifact_location=null"]
-    training = [*base, *tracking, "retrieve.step=paths", f"retrieve.questions={tmp_path / 'train.json'}"]
-    trained = retrieve.run(load_config(None, training))
+    training = [*base, *tracking, f"retrieve.questions={tmp_path / 'train.json'}"]
+    trained = retrieve.paths(load_config(None, training))
     assert trained["index"]["docs"] == 1500  # built, as there was none
     assert trained["questions"] + trained["without_two_titles"] == 80 and trained["gold_titles_not_in_docs"] == 0
     assert trained["usable"] <= trained["questions"] and trained["pair_among_candidates"] >= 0.9
@@ -101,8 +102,8 @@ def test_a_path_scorer_trained_on_ray_puts_the_supporting_pair_first(ray_cluster
     assert run.data.params["retrieve.path_neighbours"] == "10" and run.data.tags["stage"] == "retrieve"
 
     held_out = [*base, f"retrieve.questions={tmp_path / 'held_out.json'}"]
-    bm25 = retrieve.run(load_config(None, held_out))["eval"]["all"]
-    scored = retrieve.run(load_config(None, [*held_out, f"retrieve.path_scorer={trained['output']}"]))
+    bm25 = retrieve.all_steps(load_config(None, held_out))["eval"]["all"]
+    scored = retrieve.all_steps(load_config(None, [*held_out, f"retrieve.path_scorer={trained['output']}"]))
     assert "path scorer" in scored["retrieve"]["ranker"]
     assert scored["eval"]["all"]["supp_recall@2"] >= bm25["supp_recall@2"] + 0.2
     rankers = pads.dataset(str(tmp_path / "retrieval" / "candidates")).to_table(columns=["source", "ranker"])
@@ -126,13 +127,13 @@ def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_p
     good = [{"_id": "a", "question": "Where?", "answer": "x"}, {"_id": "empty", "question": " ", "answer": "x"}]
     (tmp_path / "first.json").write_text(json.dumps(good))
     cfg = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'first.json'}"])
-    assert retrieve.write_questions(cfg) == {"questions": 1, "quarantined": 1}
+    assert retrieve_stage.write_questions(cfg, Store.from_config(cfg)) == {"questions": 1, "quarantined": 1}
     before = {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")}
 
     (tmp_path / "second.json").write_text(json.dumps([{"_id": "b", "question": "Who?"}]))
     second = load_config(None, [f"storage.root={tmp_path}", f"retrieve.questions={tmp_path / 'second.json'}"])
     with pytest.raises(FileNotFoundError, match="no BM25 index at .*xh retrieve index"):
-        retrieve.run_candidates(second)
+        retrieve.run(second)
     (tmp_path / "index" / "bm25").mkdir(parents=True)
     (tmp_path / "index" / "bm25" / "manifest.json").write_text("{}")
     for setting, error in (
@@ -148,5 +149,5 @@ def test_a_run_without_its_index_or_reranker_fails_before_writing_anything(tmp_p
             ],
         )
         with pytest.raises(FileNotFoundError, match=error):
-            retrieve.run_candidates(missing)
+            retrieve.run(missing)
     assert {p: p.read_bytes() for p in (tmp_path / "retrieval").rglob("*.parquet")} == before

@@ -23,7 +23,7 @@ def scoring_world(synth_tables, world_graphs, tmp_path_factory, ray_cluster):
     tables, questions = synth_tables
     root = tmp_path_factory.mktemp("score-world")
     cfg = load_config(None, [f"storage.root={root}", f"retrieve.tables={tables}", "retrieve.shards=2"])
-    retrieve.build_index(cfg)
+    retrieve.index(cfg)
     return {"root": root, "tables": tables, "questions": questions, "graphs": world_graphs}
 
 

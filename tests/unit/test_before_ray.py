@@ -71,7 +71,7 @@ def _wiki_tables(root: Path) -> None:
         ("graphs", ["--task", "hotpt"], "error: Invalid value for '--task' / '-t': "),
         (
             "retrieve",
-            ["--set", "retrieve.step=index", "--set", "retrieve.index=s3://bucket/index"],
+            ["--set", "retrieve.index=s3://bucket/index"],
             "error: s3://bucket/index: no S3 endpoint configured",
         ),
     ],

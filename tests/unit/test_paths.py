@@ -219,7 +219,7 @@ def test_a_broken_path_scorer_stops_retrieve_run_and_score_in_one_line_before_ra
     argv = [f"storage.root={tmp_path}", f"retrieve.path_scorer={tmp_path / 'scorer'}"]
     argv += [f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]
     if stage == "retrieve":
-        argv += ["retrieve.step=run", f"retrieve.questions={tmp_path / 'q.jsonl'}"]
+        argv += [f"retrieve.questions={tmp_path / 'q.jsonl'}"]
     else:
         argv += [f"score.input={tmp_path / 'q.jsonl'}", "score.model=models:/xh@champion"]
     with pytest.raises(SystemExit) as exit_:

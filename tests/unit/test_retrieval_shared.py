@@ -33,7 +33,7 @@ from xh.store import Store
 
 
 def build_index(tables: Path, index: Path, shards: int) -> None:
-    """The index stage's own steps, in this process (`workflows.retrieve.build_index` runs them on Ray)."""
+    """The index stage's own steps, in this process (`xh.stages.retrieve.index` runs them on Ray)."""
     ranges = doc_ranges(str(tables / "docs"), shards)
     stats = CorpusStats.merge(range_stats(r, index_titles=True) for r in ranges)
     entries = [build_shard(r, stats, str(index), index_titles=True) for r in ranges]

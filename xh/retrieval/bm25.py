@@ -81,6 +81,7 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from xh import storage
+from xh.retrieval import located
 from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, AnalyzerMismatchError
 
 __all__ = [
@@ -610,15 +611,15 @@ class BM25Shard:
             },
         }
 
-    def save(self, uri: str, s3: storage.S3Settings | None = None) -> dict:
-        """Write the shard under `uri` (a folder; local or s3://); returns the manifest written.
+    def save(self, where: storage.Location | str) -> dict:
+        """Write the shard under `where` (a folder; local or s3://); returns the manifest written.
 
         Files: terms.parquet (term, df in the whole corpus), docs.parquet (doc_id, length), indptr.npy (int64),
         doc_index.npy (int32), weights.npy (float64) and, written last, manifest.json: format,
         analyzer fingerprint and settings, BM25 params, corpus stats summary, doc range, and
         `files: {name: {bytes, sha256}}`.
         """
-        fs, root = storage.resolve(uri, s3)
+        fs, root = located(where).fs_path()
         fs.create_dir(root, recursive=True)
         blobs = {
             "terms.parquet": _parquet_bytes(
@@ -642,13 +643,15 @@ class BM25Shard:
         return manifest
 
     @classmethod
-    def load(cls, uri: str, analyzer: Analyzer | None = None, s3: storage.S3Settings | None = None) -> BM25Shard:
+    def load(cls, where: storage.Location | str, analyzer: Analyzer | None = None) -> BM25Shard:
         """Read a saved shard. With `analyzer`, refuse a shard built with another one
         (`AnalyzerMismatchError`); without, use the analyzer the manifest records.
 
         A missing or damaged file raises `ShardFileError` naming it.
         """
-        files = _ShardFiles(uri, s3)
+        where = located(where)
+        uri = where.uri
+        files = _ShardFiles(uri, where.s3)
         manifest = files.manifest()
         try:
             recorded, shard, p = manifest["analyzer"], manifest["shard"], manifest["params"]

@@ -1,6 +1,6 @@
 """Candidate assembly: a question -> the documents its evidence graph is built from (paper §3, A.1).
 
-    retriever = Retriever.load(index_uri, tables_uri, RetrieveConfig())
+    retriever = Retriever.load(index, tables, RetrieveConfig())          # Locations (or URIs)
     rows = retriever.candidates(["q1"], ["In which city was the founder of Arden Works born?"])
 
 Three sources, each a row of the `candidates` table (`xh.schemas.CANDIDATES`):
@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, RetrieveConfig
+from xh.retrieval import located
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
@@ -60,7 +61,7 @@ from xh.retrieval.paths import (
     path_candidates_batch,
 )
 from xh.retrieval.shared import node_state, string_keys
-from xh.storage import S3Settings, resolve
+from xh.store import Location
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
 PATH_LINK_POOL = 200
@@ -77,8 +78,8 @@ class Passages:
         self._titles, self._texts = docs["title"], docs["text"]
 
     @classmethod
-    def load(cls, tables_uri: str, s3: S3Settings | None = None) -> Passages:
-        fs, root = resolve(tables_uri, s3)
+    def load(cls, tables: Location | str) -> Passages:
+        fs, root = located(tables).fs_path()
         columns = ["doc_id", "title", "text"]
         return cls(pq.read_table(f"{root}/docs", filesystem=fs, schema=schemas.DOCS, columns=columns))
 
@@ -211,10 +212,9 @@ class Retriever:
     @classmethod
     def load(
         cls,
-        index_uri: str,
-        tables_uri: str,
+        index: Location | str,
+        tables: Location | str,
         settings: RetrieveConfig,
-        s3: S3Settings | None = None,
         cache_dir: str | None = None,
         searcher=None,
     ):
@@ -222,14 +222,16 @@ class Retriever:
         from the node's layout (`xh.retrieval.shared`, built by the first process that needs it, in
         `cache_dir` or the node's default): every process of a node shares one copy. With a `searcher`
         (`xh.retrieval.fanout.FanoutShards`), BM25 runs on the shard actors instead."""
+        index, tables = located(index), located(tables)
+        store = index.store  # the rankers a setting names are reached as the index is
         reranker = path_reranker = None
         if settings.reranker or settings.path_reranker:  # imported only then: it brings torch into the process
             from xh.retrieval.rerank import CrossEncoder
 
-            reranker = CrossEncoder.load(settings.reranker, s3) if settings.reranker else None
-            path_reranker = CrossEncoder.load(settings.path_reranker, s3) if settings.path_reranker else None
-        passages = Passages.load(tables_uri, s3) if reranker or path_reranker else None
-        state = node_state(index_uri, tables_uri, s3, cache_dir)
+            reranker = CrossEncoder.load(store.at(settings.reranker)) if settings.reranker else None
+            path_reranker = CrossEncoder.load(store.at(settings.path_reranker)) if settings.path_reranker else None
+        passages = Passages.load(tables) if reranker or path_reranker else None
+        state = node_state(index, tables, cache_dir)
         return cls(
             state.shards,
             state.linker,
@@ -238,7 +240,7 @@ class Retriever:
             reranker,
             passages,
             path_reranker,
-            PathScorer.load(settings.path_scorer, s3) if settings.path_scorer else None,
+            PathScorer.load(store.at(settings.path_scorer)) if settings.path_scorer else None,
             positions=DocPositions(state.shards, state.positions),
             searcher=searcher,
         )

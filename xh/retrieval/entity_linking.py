@@ -70,8 +70,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.retrieval import located
 from xh.retrieval.arrays import sorted_codes
-from xh.storage import S3Settings, resolve
+from xh.store import Location
 
 __all__ = [
     "EntityLink",
@@ -259,9 +260,9 @@ class EntityLinker:
         return cls(surface_keys, offsets, doc_index.astype(np.int32), counts.astype(np.float32), doc_ids, **rules)
 
     @classmethod
-    def load(cls, uri: str, *, s3: S3Settings | None = None, **options) -> EntityLinker:
-        """Read `<uri>/anchors` and the `doc_id, title` columns of `<uri>/docs` (local or s3://)."""
-        fs, root = resolve(uri, s3)
+    def load(cls, tables: Location | str, **options) -> EntityLinker:
+        """Read `<tables>/anchors` and the `doc_id, title` columns of `<tables>/docs` (local or s3://)."""
+        fs, root = located(tables).fs_path()
         anchors = pq.read_table(f"{root}/anchors", filesystem=fs, schema=schemas.ANCHORS)
         docs = pq.read_table(f"{root}/docs", filesystem=fs, schema=schemas.DOCS, columns=["doc_id", "title"])
         return cls.from_tables(anchors, docs, **options)

@@ -53,8 +53,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
+from xh.retrieval import located
 from xh.retrieval.arrays import sorted_codes
-from xh.storage import S3Settings, resolve
+from xh.store import Location
 
 __all__ = ["LinkGraph", "Neighbour", "ExpandedDoc", "Expansion", "QuestionScorer"]
 
@@ -150,9 +151,9 @@ class LinkGraph:
         return cls(doc_ids, edge_src[order], edge_dst[order], edge_anchor[order], anchor_codes.dictionary)
 
     @classmethod
-    def load(cls, uri: str, *, s3: S3Settings | None = None) -> LinkGraph:
-        """Read `<uri>/links` (local or s3://)."""
-        fs, root = resolve(uri, s3)
+    def load(cls, tables: Location | str) -> LinkGraph:
+        """Read `<tables>/links` (local or s3://)."""
+        fs, root = located(tables).fs_path()
         columns = ["src_doc_id", "target_doc_id", "anchor", "missing"]
         return cls.from_table(pq.read_table(f"{root}/links", filesystem=fs, schema=schemas.LINKS, columns=columns))
 

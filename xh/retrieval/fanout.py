@@ -1,7 +1,7 @@
 """BM25 over shards no one process maps together: each shard group on its own actor, their top-k merged.
 
     groups = shard_groups(layout_shard_bytes(folder), budget_bytes=2 * 2**30)    # [[0, 1], [2], [3]]
-    searcher = FanoutShards.start(index_uri, tables_uri, groups)                 # one Ray actor per group
+    searcher = FanoutShards.start(index, tables, groups)                         # one Ray actor per group
     retriever = Retriever(state.shards, state.linker, state.graph, settings, positions=..., searcher=searcher)
 
 A query actor maps the node's layout (`xh.retrieval.shared`) for the linker, the link graph and the doc
@@ -25,7 +25,7 @@ import numpy as np
 
 from xh.retrieval.bm25 import SearchResult, merge_topk, search_shards
 from xh.retrieval.shared import READY, ensure_layout, map_layout
-from xh.storage import S3Settings
+from xh.store import Location
 
 
 def layout_shard_bytes(folder: Path) -> list[int]:
@@ -61,10 +61,8 @@ def shard_groups(sizes: Sequence[int], budget_bytes: float) -> list[list[int]]:
 class ShardGroup:
     """The shards of one group, mapped from the node's layout: what one shard actor serves."""
 
-    def __init__(
-        self, index_uri: str, tables_uri: str, shards: list[int], s3: S3Settings | None = None, cache_dir=None
-    ):
-        state = map_layout(ensure_layout(index_uri, tables_uri, s3, cache_dir))
+    def __init__(self, index: Location | str, tables: Location | str, shards: list[int], cache_dir=None):
+        state = map_layout(ensure_layout(index, tables, cache_dir))
         self.numbers = list(shards)
         self.shards = {k: state.shards[k] for k in shards}  # the others stay unmapped pages: never touched
 
@@ -87,10 +85,9 @@ class FanoutShards:
     @classmethod
     def start(
         cls,
-        index_uri: str,
-        tables_uri: str,
+        index: Location | str,
+        tables: Location | str,
         numbers: list[list[int]],
-        s3: S3Settings | None = None,
         num_cpus: float = 0,
         cache_dir=None,
     ) -> FanoutShards:
@@ -99,7 +96,7 @@ class FanoutShards:
         # no CPU reserved by default: a shard actor works while the query actor that called it waits, and
         # actors reserving CPUs beside the query actors starve the tasks that feed and write them
         actor = ray.remote(num_cpus=num_cpus)(ShardGroup)
-        return cls([actor.remote(index_uri, tables_uri, g, s3, cache_dir) for g in numbers], numbers)
+        return cls([actor.remote(index, tables, g, cache_dir) for g in numbers], numbers)
 
     def _call(self, method: str, args_per_group: list[tuple]) -> list:
         calls = [(g, args) for g, args in enumerate(args_per_group) if args is not None]
@@ -140,25 +137,24 @@ def same_results(a: Sequence[SearchResult], b: Sequence[SearchResult]) -> bool:
 
 
 def compare_fanout(
-    index_uri: str,
-    tables_uri: str,
+    index: Location | str,
+    tables: Location | str,
     questions: list[str],
     budget_bytes: float,
     k: int = 100,
-    s3: S3Settings | None = None,
     batch: int = 256,
 ) -> dict:
     """BM25 top-k of the questions through shard actors grouped under `budget_bytes`, against one process
     mapping every shard: whether they are identical, and the time each took. Needs Ray."""
     import ray
 
-    folder = ensure_layout(index_uri, tables_uri, s3)
+    folder = ensure_layout(index, tables)
     sizes = layout_shard_bytes(folder)
     numbers = shard_groups(sizes, budget_bytes)
     state = map_layout(folder)
     analyzed = [state.shards[0].analyzer.analyze(q) for q in questions]
     start = time.perf_counter()
-    searcher = FanoutShards.start(index_uri, tables_uri, numbers, s3)
+    searcher = FanoutShards.start(index, tables, numbers)
     fanned = [r for i in range(0, len(analyzed), batch) for r in searcher.search(analyzed[i : i + batch], k)]
     fanout_seconds = time.perf_counter() - start
     for actor in searcher.groups:

@@ -2,20 +2,23 @@
 
 An index lives under one URI: `manifest.json` (the analyzer, the corpus statistics, the docs table it
 was built from, and its shards with their doc ranges) and one folder per shard, `shards/shard-NNNNN`
-(a `xh.retrieval.bm25.BM25Shard`). Writing it, in the order `workflows.retrieve.build_index` runs
-(one Ray task per doc range for the two middle steps):
+(a `xh.retrieval.bm25.BM25Shard`). Every place is a `xh.store.Location` (or a URI of the environment's
+store). Writing it, in the order `xh.stages.retrieve.index` runs (one Ray task per doc range for the two
+middle steps):
 
-    ranges = doc_ranges("runs/demo/tables/docs", shards=4)                 # contiguous doc ranges
-    stats = CorpusStats.merge(range_stats(r, index_titles=True) for r in ranges)
-    with staged_index("runs/demo/index/bm25", inputs={...}) as stage:     # built aside, swapped in whole
-        entries = [build_shard(r, stats, stage.uri, index_titles=True) for r in ranges]
-        write_manifest(stage.uri, stats, entries, docs_uri="runs/demo/tables", index_titles=True)
+    index, docs = store.at("runs/demo/index/bm25"), store.at("runs/demo/tables/docs")
+    ranges = doc_ranges(docs, shards=4)                                    # contiguous doc ranges
+    stats = CorpusStats.merge(range_stats(r, index_titles=True, store=store) for r in ranges)
+    with staged_index(index, inputs={...}) as stage:                       # built aside, swapped in whole
+        building = store.at(stage.uri)
+        entries = [build_shard(r, stats, building, index_titles=True) for r in ranges]
+        write_manifest(building, stats, entries, docs_uri="runs/demo/tables", index_titles=True)
         stage.rows = stats.num_docs
 
 Reading it:
 
-    shards = load_index("runs/demo/index/bm25")             # every shard, checked against the manifest
-    corpus_snapshot("runs/demo/index/bm25", s3)             # "<uri> docs=2000 analyzer=xh-analyzer/1:..."
+    shards = load_index(index)                              # every shard, checked against the manifest
+    corpus_snapshot(index)                                  # "<uri> docs=2000 analyzer=xh-analyzer/1:..."
 
 Every shard is built from the statistics of the whole corpus, so the shards together score exactly
 like one index (`xh.retrieval.bm25`). A rebuild writes the new index beside the old one and swaps it in
@@ -31,10 +34,11 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from xh.retrieval import located
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats
-from xh.storage import S3Settings, join, list_files, open_input, open_output, resolve
-from xh.tables import BM25_INDEX, staged
+from xh.store import Location, Store
+from xh.tables import BM25_INDEX
 
 INDEX_MANIFEST = "manifest.json"
 
@@ -47,15 +51,15 @@ def shard_path(k: int) -> str:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def doc_ranges(docs_uri: str, shards: int, s3: S3Settings | None = None) -> list[dict]:
+def doc_ranges(docs: Location | str, shards: int) -> list[dict]:
     """The docs table cut into `shards` contiguous doc ranges of about equal size.
 
     A range is `{shard, pieces, doc_start, num_docs}`, its pieces a list of `[file, first row, stop row]`;
     corpus order is file order, then row order. Ranges are plain JSON, to travel to Ray tasks.
     """
-    files = list_files(docs_uri, s3, suffix=".parquet")
-    fs, _ = resolve(docs_uri, s3)
-    rows = [pq.read_metadata(resolve(f, s3)[1], filesystem=fs).num_rows for f in files]
+    docs = located(docs)
+    files = docs.files(suffix=".parquet")
+    rows = [pq.read_metadata(path, filesystem=fs).num_rows for fs, path in map(_file_path(docs.store), files)]
     total = sum(rows)
     bounds = [round(total * k / shards) for k in range(shards + 1)]
     ranges = []
@@ -71,15 +75,18 @@ def doc_ranges(docs_uri: str, shards: int, s3: S3Settings | None = None) -> list
     return ranges
 
 
-def analyze_range(
-    doc_range: dict, index_titles: bool, s3: S3Settings | None = None
-) -> tuple[list[str], list[list[str]]]:
-    """The doc ids of a range and their analyzed texts ("title. paragraph" with `index_titles`)."""
-    pieces = list(doc_range["pieces"])
-    fs, _ = resolve(pieces[0][0], s3)
+def _file_path(store: Store | None):
+    """A file's URI -> (filesystem, path) through `store` (the environment's without one)."""
+    return lambda uri: (store or Store()).at(uri).fs_path()
+
+
+def analyze_range(doc_range: dict, index_titles: bool, store: Store | None = None) -> tuple[list[str], list[list[str]]]:
+    """The doc ids of a range and their analyzed texts ("title. paragraph" with `index_titles`); the range's
+    files are reached through `store` (the environment's without one)."""
+    reach = _file_path(store)
     table = pa.concat_tables(
-        pq.read_table(resolve(f, s3)[1], filesystem=fs, columns=["doc_id", "title", "text"]).slice(first, stop - first)
-        for f, first, stop in pieces
+        pq.read_table(path, filesystem=fs, columns=["doc_id", "title", "text"]).slice(first, stop - first)
+        for (fs, path), first, stop in ((reach(f), first, stop) for f, first, stop in doc_range["pieces"])
     )
     texts = table["text"].to_pylist()
     if index_titles:
@@ -87,35 +94,30 @@ def analyze_range(
     return table["doc_id"].to_pylist(), Analyzer().analyze_batch(texts)
 
 
-def range_stats(doc_range: dict, index_titles: bool, s3: S3Settings | None = None) -> CorpusStats:
+def range_stats(doc_range: dict, index_titles: bool, store: Store | None = None) -> CorpusStats:
     """One range's part of the corpus statistics (`CorpusStats.merge` the parts)."""
-    _, tokens = analyze_range(doc_range, index_titles, s3)
+    _, tokens = analyze_range(doc_range, index_titles, store)
     return CorpusStats.from_token_lists(tokens)
 
 
-def build_shard(
-    doc_range: dict, stats: CorpusStats, index_uri: str, index_titles: bool, s3: S3Settings | None = None
-) -> dict:
-    """Build and save the shard of one range; returns its manifest entry `{path, doc_start, doc_stop}`."""
-    doc_ids, tokens = analyze_range(doc_range, index_titles, s3)
+def build_shard(doc_range: dict, stats: CorpusStats, index: Location | str, index_titles: bool) -> dict:
+    """Build and save the shard of one range under `index` (its files read through the index's store);
+    returns its manifest entry `{path, doc_start, doc_stop}`."""
+    index = located(index)
+    doc_ids, tokens = analyze_range(doc_range, index_titles, index.store)
     shard = BM25Shard.build(doc_ids, tokens, stats, doc_start=int(doc_range["doc_start"]))
     path = shard_path(int(doc_range["shard"]))
-    shard.save(join(index_uri, path), s3)
+    shard.save(index.join(path))
     return {"path": path, "doc_start": shard.doc_start, "doc_stop": shard.doc_stop}
 
 
-def staged_index(index_uri: str, s3: S3Settings | None = None, inputs: object = None):
+def staged_index(index: Location | str, inputs: object = None):
     """`xh.tables.staged` for an index: build shards and manifest under `stage.uri`, set `stage.rows`."""
-    return staged(index_uri, s3, kind=BM25_INDEX, stage="retrieve", inputs=inputs)
+    return located(index).staged(kind=BM25_INDEX, stage="retrieve", inputs=inputs)
 
 
 def write_manifest(
-    index_uri: str,
-    stats: CorpusStats,
-    shards: list[dict],
-    docs_uri: str,
-    index_titles: bool,
-    s3: S3Settings | None = None,
+    index: Location | str, stats: CorpusStats, shards: list[dict], docs_uri: str, index_titles: bool
 ) -> dict:
     """Write the index manifest, written last: an index without one is not an index. Returns it."""
     analyzer = Analyzer()
@@ -126,42 +128,41 @@ def write_manifest(
         "docs": docs_uri,
         "shards": sorted(shards, key=lambda s: s["doc_start"]),
     }
-    with open_output(join(index_uri, INDEX_MANIFEST), s3) as f:
-        f.write(json.dumps(manifest, indent=1).encode())
+    located(index).join(INDEX_MANIFEST).write_bytes(json.dumps(manifest, indent=1).encode())
     return manifest
 
 
 # --- reading ---------------------------------------------------------------------------------
 
 
-def index_exists(index_uri: str, s3: S3Settings | None = None) -> bool:
-    fs, path = resolve(join(index_uri, INDEX_MANIFEST), s3)
-    return fs.get_file_info(path).type.name != "NotFound"
+def index_exists(index: Location | str) -> bool:
+    return located(index).join(INDEX_MANIFEST).exists()
 
 
-def read_manifest(index_uri: str, s3: S3Settings | None = None) -> dict:
+def read_manifest(index: Location | str) -> dict:
+    index = located(index)
     try:
-        with open_input(join(index_uri, INDEX_MANIFEST), s3) as f:
-            return json.loads(f.read())
+        return json.loads(index.join(INDEX_MANIFEST).read_bytes())
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"no BM25 index at {index_uri} (missing {INDEX_MANIFEST}): build it with `xh retrieve index`"
+            f"no BM25 index at {index} (missing {INDEX_MANIFEST}): build it with `xh retrieve index`"
         ) from None
 
 
-def load_index(index_uri: str, s3: S3Settings | None = None, only: list[int] | None = None) -> list[BM25Shard]:
+def load_index(index: Location | str, only: list[int] | None = None) -> list[BM25Shard]:
     """All shards of an index (or those numbered in `only`), checked to be parts of one index (same analyzer
     and corpus stats). Each process holds its own copy: query actors map one per node (`xh.retrieval.shared`)."""
-    manifest = read_manifest(index_uri, s3)
+    index = located(index)
+    manifest = read_manifest(index)
     entries = [manifest["shards"][k] for k in only] if only is not None else manifest["shards"]
-    shards = [BM25Shard.load(join(index_uri, shard["path"]), s3=s3) for shard in entries]
+    shards = [BM25Shard.load(index.join(shard["path"])) for shard in entries]
     for shard in shards:
-        shard.analyzer.check_same(manifest["analyzer"]["fingerprint"], what=f"the index manifest of {index_uri}")
+        shard.analyzer.check_same(manifest["analyzer"]["fingerprint"], what=f"the index manifest of {index}")
     return shards
 
 
-def corpus_snapshot(index_uri: str, s3: S3Settings | None) -> str:
+def corpus_snapshot(index: Location | str) -> str:
     """The index manifest's analyzer fingerprint and corpus size: what every prediction was retrieved from."""
-    manifest = read_manifest(index_uri, s3)
+    manifest = read_manifest(index)
     stats = manifest.get("stats", {})
-    return f"{index_uri} docs={stats.get('num_docs', '?')} analyzer={manifest['analyzer']['fingerprint']}"
+    return f"{index} docs={stats.get('num_docs', '?')} analyzer={manifest['analyzer']['fingerprint']}"

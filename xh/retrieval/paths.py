@@ -46,7 +46,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xh.jsonfiles import InputFileError
-from xh.storage import S3Settings, join, open_input, open_output
+from xh.retrieval import located
+from xh.store import Location
 
 __all__ = [
     "FEATURES",
@@ -401,31 +402,30 @@ class PathScorer:
         }
         return json.dumps(content)
 
-    def save(self, uri: str, s3: S3Settings | None = None) -> str:
-        """Writes `<uri>/path_scorer.json`; returns its URI. A scorer `load` would refuse (a training that
+    def save(self, where: Location | str) -> str:
+        """Writes `<where>/path_scorer.json`; returns its URI. A scorer `load` would refuse (a training that
         diverged to NaN) is not written."""
-        target = join(uri, SCORER_FILE)
+        target = located(where).join(SCORER_FILE)
         text = self.to_json()
         try:
             self._from_content(json.loads(text))
         except ValueError as e:
             raise ValueError(f"not saving the path scorer to {target}: {e}") from None
-        with open_output(target, s3) as out:
-            out.write(text.encode())
-        return target
+        target.write_bytes(text.encode())
+        return target.uri
 
     @classmethod
-    def load(cls, uri: str, s3: S3Settings | None = None) -> PathScorer:
+    def load(cls, where: Location | str) -> PathScorer:
         """From a folder holding path_scorer.json (local or s3://), checked: a file that is not JSON, names
         other features, or holds weights of the wrong shape or not finite (a NaN would rank every pair
         alike) is a `PathScorerFileError`, one line naming the file."""
-        target = join(uri, SCORER_FILE)
+        where = located(where)
+        target = where.join(SCORER_FILE)
         try:
-            with open_input(target, s3) as stream:
-                raw = stream.read()
+            raw = target.read_bytes()
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"no path scorer at {uri} (no {SCORER_FILE}): train one with `xh retrieve paths`"
+                f"no path scorer at {where} (no {SCORER_FILE}): train one with `xh retrieve paths`"
             ) from None
         try:
             content = json.loads(raw)

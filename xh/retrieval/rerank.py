@@ -3,7 +3,7 @@
 The paper re-ranks BM25's top 100 with a BERT cross-encoder and keeps the top 2 (D_ir), keeps the
 top entity per linked surface (D_el) and the top 15 hyperlink neighbours (D_exp). This module holds
 the model, its training examples and its files; `xh.train.rerank` trains it on Ray Train (the
-driver is `workflows/rerank.py`) and `xh.retrieval.candidates.Retriever` uses it.
+stage is `xh.stages.rerank`) and `xh.retrieval.candidates.Retriever` uses it.
 
     encoder = CrossEncoder.from_backbone("bert-base-uncased", max_length=256)   # or a local folder
     encoder.score("Where was the director of Arden Works born?", ["Arden Works. ...", "..."])  # logits
@@ -11,7 +11,7 @@ driver is `workflows/rerank.py`) and `xh.retrieval.candidates.Retriever` uses it
     encoder = CrossEncoder.load("s3://bucket/xh/models/reranker")
 
     examples = examples_from_hotpot(records, negatives_per_positive=3, seed=13)  # distractor format
-    examples = training_examples(cfg.rerank, tables_uri)   # from rerank.questions or rerank.retrieval
+    examples = training_examples(cfg.rerank, tables)       # from rerank.questions or rerank.retrieval
 
 A paragraph is `passage_text(title, text)`: the title, then the paragraph, as the BM25 index reads
 it (a paragraph often names its subject only in the title). Pairs are encoded with truncation
@@ -53,8 +53,8 @@ from torch import nn
 from xh.config import ConfigError, RerankConfig
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 from xh.questions import load_json
-from xh.storage import S3Settings, resolve
-from xh.store import Store
+from xh.retrieval import located
+from xh.store import Location
 from xh.wiki.titles import normalize_title
 
 FORMAT = "xh-cross-encoder"
@@ -245,11 +245,13 @@ def _pairs(qid, question, positives, negatives, per_positive, rng, shuffle=True)
     ]
 
 
-def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = None) -> list[Example]:
+def training_examples(r: RerankConfig, tables: Location | str) -> list[Example]:
     """The training pairs of `rerank.questions` (distractor format; path pairs with `rerank.paths`) or
-    `rerank.retrieval` (retrieval outputs; their documents from the docs table under `tables_uri`)."""
+    `rerank.retrieval` (retrieval outputs; their documents from the docs table under `tables`); the files
+    the settings name are reached through the tables' store."""
+    tables = located(tables)
     if r.questions:
-        records = load_json(r.questions, s3)
+        records = load_json(r.questions, tables.s3)
         if not isinstance(records, list):
             raise ConfigError(f"{r.questions} is not a HotpotQA question file (a JSON array of questions)")
         records = [rec for rec in records[: r.max_questions] if isinstance(rec, dict) and rec.get("question")]
@@ -261,7 +263,7 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
     elif r.paths:
         raise ConfigError("rerank.paths=true learns from a HotpotQA file: set rerank.questions")
     elif r.retrieval:
-        fs, out = resolve(r.retrieval, s3)
+        fs, out = tables.store.at(r.retrieval).fs_path()
         questions = pads.dataset(f"{out}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
         questions = questions[: r.max_questions]
         qids = pa.array([q["qid"] for q in questions], pa.string())
@@ -272,8 +274,8 @@ def training_examples(r: RerankConfig, tables_uri: str, s3: S3Settings | None = 
         )
         gold = pa.array(sorted({f["title"] for q in questions for f in q.get("supporting_facts") or []}), pa.string())
         wanted = pa.array(sorted({c["doc_id"] for c in candidates if c["source"] == "ir"}), pa.string())
-        tables_fs, tables = resolve(tables_uri, s3)
-        docs = pads.dataset(f"{tables}/docs", filesystem=tables_fs, format="parquet").to_table(
+        tables_fs, tables_path = tables.fs_path()
+        docs = pads.dataset(f"{tables_path}/docs", filesystem=tables_fs, format="parquet").to_table(
             columns=["doc_id", "title", "text"],
             filter=pads.field("doc_id").isin(wanted) | pads.field("title").isin(gold),
         )
@@ -313,8 +315,9 @@ class CrossEncoder(nn.Module):
         backbone = pretrained_backbone(name_or_path)
         return cls(backbone, load_tokenizer(name_or_path), max_length, source=str(name_or_path), pooling=pooling)
 
-    def save(self, uri: str, s3: S3Settings | None = None) -> None:
-        """Write the re-ranker's files under `uri` (a local folder or s3://...)."""
+    def save(self, where: Location | str) -> None:
+        """Write the re-ranker's files under `where` (a local folder or s3://...)."""
+        where = located(where)
         config = {
             "format": FORMAT,
             "version": VERSION,
@@ -323,15 +326,14 @@ class CrossEncoder(nn.Module):
             "started_from": self.source,
             "pooling": self.pooling,
         }
-        where = Store(s3=s3).at(uri) if s3 else uri
         save_encoder_model(
             where, CONFIG_FILE, config, self.state_dict(), backbone=self.backbone, tokenizer=self.tokenizer
         )
 
     @classmethod
-    def load(cls, uri: str, s3: S3Settings | None = None):
+    def load(cls, where: Location | str):
         """A saved re-ranker from a local folder or s3:// (downloaded to a temporary folder first)."""
-        saved = load_encoder_model(Store(s3=s3).at(uri) if s3 else uri, CONFIG_FILE, FORMAT, VERSION, what="re-ranker")
+        saved = load_encoder_model(located(where), CONFIG_FILE, FORMAT, VERSION, what="re-ranker")
         config = saved.config
         model = cls(
             saved.new_backbone(),

@@ -40,12 +40,13 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
+from xh.retrieval import located
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Params, BM25Shard
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index, read_manifest
-from xh.storage import S3Settings, is_s3, join, list_files, resolve
+from xh.store import Location
 
 CACHE_ENV = "XH_NODE_CACHE"
 LAYOUT = "xh-retrieval-node-layout/1"
@@ -124,24 +125,25 @@ class NodeState:
 # --- naming a layout -------------------------------------------------------------------------
 
 
-def _fingerprint(uris: Sequence[str], s3: S3Settings | None) -> list:
-    """(path, size, mtime) of every file under the uris: what a layout is derived from."""
+def _fingerprint(places: Sequence[Location]) -> list:
+    """(path, size, mtime) of every file under the places: what a layout is derived from."""
     out = []
-    for uri in uris:
-        files = list_files(uri, s3)
+    for place in places:
+        files = place.files()
         if not files:
             continue
-        fs, _ = resolve(uri, s3)
-        infos = fs.get_file_info([resolve(f, s3)[1] for f in files])
+        fs, _ = place.fs_path()
+        infos = fs.get_file_info([place.store.at(f).fs_path()[1] for f in files])
         out += [[f, i.size, i.mtime_ns] for f, i in zip(files, infos)]
     return out
 
 
-def layout_key(index_uri: str, tables_uri: str, s3: S3Settings | None = None) -> str:
-    parts = [join(index_uri, "shards"), join(index_uri, "manifest.json")]
-    parts += [join(tables_uri, t) for t in ("docs", "anchors", "links")]
-    files = _fingerprint(parts, s3)
-    digest = hashlib.sha256(json.dumps([LAYOUT, index_uri, tables_uri, files]).encode()).hexdigest()
+def layout_key(index: Location | str, tables: Location | str) -> str:
+    index, tables = located(index), located(tables)
+    parts = [index.join("shards"), index.join("manifest.json")]
+    parts += [tables.join(t) for t in ("docs", "anchors", "links")]
+    files = _fingerprint(parts)
+    digest = hashlib.sha256(json.dumps([LAYOUT, index.uri, tables.uri, files]).encode()).hexdigest()
     return digest[:24]
 
 
@@ -197,17 +199,17 @@ def _write_shard(folder: Path, shard: BM25Shard, local_files: dict[str, str] | N
     }
 
 
-def _write_layout(folder: Path, index_uri: str, tables_uri: str, s3: S3Settings | None) -> None:
+def _write_layout(folder: Path, index: Location, tables: Location) -> None:
     """Everything a query actor maps, written one part at a time (a part is dropped before the next)."""
     folder.mkdir(parents=True)
-    manifest = read_manifest(index_uri, s3)
+    manifest = read_manifest(index)
     shards_meta = []
     for k, entry in enumerate(manifest["shards"]):
         # `load_index` checks every file against its shard manifest: the arrays referred to are those checked
-        [shard] = load_index(index_uri, s3, only=[k])
+        [shard] = load_index(index, only=[k])
         local = None
-        if not is_s3(index_uri):
-            root = resolve(join(index_uri, entry["path"]), s3)[1]
+        if not index.is_s3:
+            root = index.join(entry["path"]).fs_path()[1]
             local = {"weights": os.path.join(root, "weights.npy"), "doc_index": os.path.join(root, "doc_index.npy")}
         shards_meta.append(_write_shard(folder / f"shard-{k:05d}", shard, local))
         del shard
@@ -228,7 +230,7 @@ def _write_layout(folder: Path, index_uri: str, tables_uri: str, s3: S3Settings 
     _save(positions, "cols", cols[order])
     del keys, where, cols, order, columns, ids
 
-    linker = EntityLinker.load(tables_uri, s3=s3)
+    linker = EntityLinker.load(tables)
     part = folder / "linker"
     part.mkdir()
     for name in ("keys", "offsets", "entry_docs", "entry_counts"):
@@ -236,7 +238,7 @@ def _write_layout(folder: Path, index_uri: str, tables_uri: str, s3: S3Settings 
     _save_strings(part, "doc_ids", linker.doc_ids)
     del linker
 
-    graph = LinkGraph.load(tables_uri, s3=s3)
+    graph = LinkGraph.load(tables)
     part = folder / "graph"
     part.mkdir()
     for name in ("edge_src", "edge_dst", "edge_anchor", "out_offsets", "in_edges", "in_offsets"):
@@ -245,7 +247,7 @@ def _write_layout(folder: Path, index_uri: str, tables_uri: str, s3: S3Settings 
     _save_strings(part, "anchors", graph.anchors)
     del graph
 
-    layout = {"format": LAYOUT, "index": index_uri, "tables": tables_uri, "shards": shards_meta}
+    layout = {"format": LAYOUT, "index": index.uri, "tables": tables.uri, "shards": shards_meta}
     (folder / READY).write_text(json.dumps(layout, indent=1))
 
 
@@ -259,12 +261,11 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_layout(
-    index_uri: str, tables_uri: str, s3: S3Settings | None = None, cache_dir: str | os.PathLike | None = None
-) -> Path:
+def ensure_layout(index: Location | str, tables: Location | str, cache_dir: str | os.PathLike | None = None) -> Path:
     """The node's layout of this index and these tables, built first when there is none. Returns its folder."""
     root = cache_root(cache_dir)
-    folder = root / layout_key(index_uri, tables_uri, s3)
+    index, tables = located(index), located(tables)
+    folder = root / layout_key(index, tables)
     if (folder / READY).exists():
         return folder
     root.mkdir(parents=True, exist_ok=True)
@@ -273,7 +274,7 @@ def ensure_layout(
             return folder
         building = root / f".{folder.name}.building"
         shutil.rmtree(building, ignore_errors=True)  # left by a builder that was killed
-        _write_layout(building, index_uri, tables_uri, s3)
+        _write_layout(building, index, tables)
         shutil.rmtree(folder, ignore_errors=True)
         os.rename(building, folder)
     return folder
@@ -347,8 +348,6 @@ def map_layout(folder: Path) -> NodeState:
     return NodeState(shards, linker, graph, positions, folder)
 
 
-def node_state(
-    index_uri: str, tables_uri: str, s3: S3Settings | None = None, cache_dir: str | os.PathLike | None = None
-) -> NodeState:
+def node_state(index: Location | str, tables: Location | str, cache_dir: str | os.PathLike | None = None) -> NodeState:
     """The retrieval state of this index and these tables, mapped from the node's layout (built once)."""
-    return map_layout(ensure_layout(index_uri, tables_uri, s3, cache_dir))
+    return map_layout(ensure_layout(index, tables, cache_dir))

@@ -123,7 +123,7 @@ def reranker_config(cfg: XHConfig, store: Store) -> XHConfig:
 
 def path_scorer_config(cfg: XHConfig, store: Store) -> XHConfig:
     """The path scorer (and the BM25 index first), trained on the world's training questions."""
-    return _update(cfg, "retrieve", step="paths", questions=training_questions(cfg, store), path_scorer=None)
+    return _update(cfg, "retrieve", questions=training_questions(cfg, store), path_scorer=None)
 
 
 def with_rankers(cfg: XHConfig, trained: dict[str, dict]) -> XHConfig:

@@ -3,7 +3,7 @@
 `workflows.rerank` reads the pairs and plans the steps on the driver, then hands
 `train_loop_per_worker` to a `TorchTrainer`:
 
-    examples = training_examples(cfg.rerank, tables_uri, s3)     # xh.retrieval.rerank: Example pairs
+    examples = training_examples(cfg.rerank, tables)             # xh.retrieval.rerank: Example pairs
     units, per_step, unit = training_units(cfg.rerank, examples)   # question groups (listwise) or pairs
     plan = plan_steps(len(units), workers=..., batch_size=per_step, epochs=..., max_steps=..., unit=unit)
     config = {"cfg": cfg.model_dump(mode="json"), "backbone": folder, "plan": asdict(plan),
