@@ -3,9 +3,9 @@
     xh score --set score.input=s3://bucket/incoming/2026-11-22/ --set score.model=models:/xh-hotpot@champion
     python -m workflows.score --config configs/demo.yaml
 
-Three Ray Data stages, each written under a staging folder before the next starts (`xh.staging`), so
+Three Ray Data stages, each written under a staging folder before the next starts (`xh.tables.Stages`), so
 a failed run re-run for the same date, model, input files and settings resumes after the last
-finished stage (staging carries a fingerprint of them, `xh.staging.fingerprint`: the files' content,
+finished stage (staging carries a fingerprint of them, `xh.tables.fingerprint`: the files' content,
 by SHA-256 or S3 ETag; other staging is discarded):
 
     parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
@@ -52,7 +52,8 @@ from xh.questions import InputLimits, later_files, parse_question_file, question
 from xh.registry import parse_model_uri, pipeline_of, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
-from xh.staging import (
+from xh.storage import join, resolve
+from xh.tables import (
     Stages,
     content_digest,
     count_rows,
@@ -62,7 +63,6 @@ from xh.staging import (
     with_quarantine,
     write_quarantine,
 )
-from xh.storage import join, resolve
 from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
@@ -348,7 +348,7 @@ def _score(
 
     sc, inputs = cfg.score, list(digests)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-    digest = fingerprint(inputs, _settings(cfg, model, paths, snapshot), s3, digests)
+    digest = fingerprint(_settings(cfg, model, paths, snapshot), inputs, s3, digests)
     stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
     if stages.discarded:
         log("score", "staging of a run with other inputs or settings discarded")

@@ -30,8 +30,8 @@ import posixpath
 
 import pyarrow as pa
 
-from xh.staging import empty_folder
 from xh.storage import S3Settings, join, list_files, resolve
+from xh.tables import empty_folder
 
 PLAN = "_publishing.json"
 INPUTS = "_inputs-"  # + token + ".json": the input files one run scored into the partition

@@ -65,8 +65,8 @@ def folder_digest(uri: str, s3: S3Settings | None = None) -> str:
     """A folder's content: the SHA-256 of its files' relative names and content digests (S3: ETags)."""
     import hashlib
 
-    from xh.staging import content_digest
     from xh.storage import list_files
+    from xh.tables import content_digest
 
     files = list_files(uri, s3)
     digest = hashlib.sha256()

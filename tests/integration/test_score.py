@@ -119,8 +119,8 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
     from workflows import score
-    from xh.staging import InjectedFailure
     from xh.storage import open_output
+    from xh.tables import InjectedFailure
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-score-{uuid.uuid4().hex[:6]}"
@@ -331,7 +331,7 @@ def test_a_failed_run_re_run_on_other_input_for_the_same_date_does_not_resume_th
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
     from workflows import score
-    from xh.staging import InjectedFailure
+    from xh.tables import InjectedFailure
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-key-{uuid.uuid4().hex[:6]}"
@@ -614,12 +614,12 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 
 
 def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
-    from xh.staging import fingerprint
+    from xh.tables import fingerprint
 
     uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])
-    before = fingerprint([uri], {}, s3_endpoint)
+    before = fingerprint({}, [uri], s3_endpoint)
     _write_questions(uri, ['{"qid": "1", "question": "Who drove it?"}'])  # the same size
-    assert fingerprint([uri], {}, s3_endpoint) != before
+    assert fingerprint({}, [uri], s3_endpoint) != before
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])  # written again: a later time, same bytes
-    assert fingerprint([uri], {}, s3_endpoint) == before
+    assert fingerprint({}, [uri], s3_endpoint) == before

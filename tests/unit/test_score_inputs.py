@@ -16,7 +16,7 @@ from xh import schemas
 from xh.config import load_config
 from xh.partitions import PLAN, plan_merge, publish, recover
 from xh.questions import InputLimits, later_files, parse_question_file
-from xh.staging import fingerprint
+from xh.tables import fingerprint
 
 # --- the resume fingerprint ------------------------------------------------------------------------
 
@@ -25,16 +25,16 @@ def test_a_file_replaced_by_one_of_the_same_size_with_its_time_set_back_gets_ano
     question_file = tmp_path / "q.jsonl"
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')
     times = os.stat(question_file)
-    before = fingerprint([str(question_file)], {"batch_graphs": 8}, None)
+    before = fingerprint({"batch_graphs": 8}, [str(question_file)], None)
 
     question_file.write_text('{"qid": "1", "question": "Who drove it?"}\n')  # the same number of bytes
     os.utime(question_file, ns=(times.st_atime_ns, times.st_mtime_ns))
     after = os.stat(question_file)
     assert (after.st_size, after.st_mtime_ns) == (times.st_size, times.st_mtime_ns)
-    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) != before
+    assert fingerprint({"batch_graphs": 8}, [str(question_file)], None) != before
 
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')  # the first content again
-    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) == before
+    assert fingerprint({"batch_graphs": 8}, [str(question_file)], None) == before
 
 
 # --- size limits -----------------------------------------------------------------------------------
