@@ -187,9 +187,7 @@ def _settings(cfg: XHConfig, model: dict, paths: dict, snapshot: str) -> dict:
     """What a run's stages depend on besides the input files: staging of other settings is not resumed."""
     retrieval, graph = settings_of(cfg)
     return {
-        "score": cfg.score.model_dump(
-            mode="json", exclude={"fail_before", "input", "replace", "incremental", *RESOURCES}
-        ),
+        "score": cfg.score.model_dump(mode="json", exclude={"input", "replace", "incremental", *RESOURCES}),
         "model": model,
         "retrieve": retrieval.model_dump(mode="json"),
         "graphs": graph.model_dump(mode="json"),
@@ -349,7 +347,7 @@ def _score(
     sc, inputs = cfg.score, list(digests)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     digest = fingerprint(_settings(cfg, model, paths, snapshot), inputs, s3, digests)
-    stages = Stages(paths["staging"], s3, fail_before=sc.fail_before, fingerprint=digest)
+    stages = Stages(paths["staging"], s3, fingerprint=digest)
     if stages.discarded:
         log("score", "staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)

@@ -426,10 +426,6 @@ def read_stage(uri: str, s3: S3Settings | None):
     return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
 
 
-class InjectedFailure(RuntimeError):
-    """Raised before the stage named by `fail_before` (tests of resumption)."""
-
-
 class Stages:
     """The stages of one run under `staging`: each runs unless a finished copy is there already.
 
@@ -437,10 +433,8 @@ class Stages:
     first, and the fingerprint is written there (`_staging.json`, its first file); a non-empty folder
     without one of a batch job's is refused (`ForeignFolderError`), never cleared."""
 
-    def __init__(
-        self, staging: str, s3: S3Settings | None, fail_before: str | None = None, fingerprint: str | None = None
-    ) -> None:
-        self.staging, self.s3, self.fail_before = staging, s3, fail_before
+    def __init__(self, staging: str, s3: S3Settings | None, fingerprint: str | None = None) -> None:
+        self.staging, self.s3 = staging, s3
         self.resumed: list[str] = []
         self.seconds: dict[str, float] = {}
         self.discarded = False  # whether staging of another fingerprint was cleared
@@ -471,8 +465,6 @@ class Stages:
 
         With `schema`, a stage that wrote no rows gets one empty Parquet file of that schema, so the
         next stage (and the partition) reads an empty table rather than a folder with no files."""
-        if name == self.fail_before:
-            raise InjectedFailure(f"fail_before={name}: stopping before the {name} stage")
         uri = join(self.staging, name)
         start = time.perf_counter()
         if resume and (read_marker(uri, self.s3) or {}).get("kind") == BATCH_STAGE:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
-from xh.config import load_config
+from xh.config import ConfigError, load_config
 from xh.partitions import PLAN, plan_merge, publish, recover
 from xh.questions import InputLimits, later_files, parse_question_file
 from xh.tables import fingerprint
@@ -92,6 +92,8 @@ def test_the_limits_are_config_settings_with_defaults_and_can_be_lifted():
     assert score.max_question_chars == 2000 and score.max_record_bytes == 1_000_000 and score.replace is False
     lifted = load_config(None, ["score.max_question_chars=null", "score.max_record_bytes=5000"]).score
     assert lifted.max_question_chars is None and lifted.max_record_bytes == 5000
+    with pytest.raises(ConfigError, match="fail_before"):  # fault injection is a test fixture, not a setting
+        load_config(None, ["score.fail_before=inference"])
 
 
 # --- ids across files ------------------------------------------------------------------------------
