@@ -2,7 +2,7 @@
 scoring takes it back.
 
     record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.log_and_register`)
-    cfg, drift = apply_pipeline(cfg, record, folder, allow_drift=False)   # at scoring (`workflows.score`)
+    cfg, drift = apply_pipeline(cfg, record, folder, allow_drift=False)   # at scoring (`xh.stages.score`)
 
 The record holds the prediction-affecting retrieval and graph settings, the small trained models it
 copies (the path scorer), the larger ones by URI and digest, and the index by URI and snapshot id. A

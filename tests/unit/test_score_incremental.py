@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.score import dated_input
 from xh.partitions import (
     INPUTS,
     PLAN,
@@ -21,6 +20,7 @@ from xh.partitions import (
     scored_inputs,
     write_inputs_record,
 )
+from xh.stages.score import dated_input
 
 pytestmark = pytest.mark.unit
 
