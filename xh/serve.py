@@ -47,7 +47,7 @@ from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.pipeline_record import apply_pipeline
 from xh.questions import InputLimits, question_rows, record_id
 from xh.registry import parse_model_uri, pipeline_of, resolve_model
-from xh.storage import S3Settings, join
+from xh.storage import S3Settings, Store, join
 
 APP_NAME = "xh"
 KEEP_VERSIONS = 2  # the version served and the one before it (requests in flight during a switch)
@@ -90,7 +90,7 @@ def version_config(cfg: XHConfig, model: dict, folder: str) -> XHConfig:
         )
         return cfg
     record, local = found
-    return apply_pipeline(cfg, record, local, s3_of(cfg), allow_drift=False)[0]
+    return apply_pipeline(cfg, record, Store.from_config(cfg).at(local), allow_drift=False)[0]
 
 
 def index_of(cfg: XHConfig) -> str:

@@ -30,11 +30,11 @@ A marker written before markers named kinds counts as the kind its folder's layo
 A batch job (scoring) writes each of its stages whole under a staging folder before the next starts, so a
 failed run re-run resumes after its last finished stage:
 
-    stages = Stages(staging_uri, s3, fingerprint=fingerprint(settings, inputs, s3))
+    stages = Stages(store.at(staging_uri), fingerprint=fingerprint(settings, [store.at(f) for f in inputs]))
     parsed = stages.run("parse", lambda: files.map_batches(parse))   # a Ray Dataset -> <staging>/parse/*.parquet
-    graphs = stages.run("graphs", lambda: read_stage(parsed, s3).map_batches(build))
+    graphs = stages.run("graphs", lambda: read_stage(parsed).map_batches(build))   # each a Location
     stages.resumed, stages.seconds                 # the stages a re-run skipped; seconds per stage
-    write_quarantine([parsed, graphs], quarantine_uri, s3)   # {reason: count}
+    write_quarantine([parsed, graphs], store.at(quarantine_uri))   # {reason: count}
 
 A stage is finished when its folder holds `_complete.json` (kind `batch stage`), written after its last
 Parquet file. The staging folder's `_staging.json` (kind `batch staging`, written first) holds the
@@ -62,7 +62,7 @@ import pyarrow.fs as pafs
 
 from xh import schemas
 from xh.config import ConfigError
-from xh.storage import S3Settings, is_s3, join, list_files, list_paths, open_input, open_output, resolve
+from xh.storage import Location, S3Settings, is_s3, join, list_paths, open_input, open_output, resolve
 
 MARKER = "_complete.json"
 OWNER = "_staging.json"  # the first file of a staging folder: which kind and target it is being built for
@@ -85,41 +85,35 @@ class ForeignFolderError(ConfigError):
     """An output folder the stage may not replace: files the project did not write, or another kind of table."""
 
 
-def fingerprint(
-    inputs: object,
-    files: Sequence[str] = (),
-    s3: S3Settings | None = None,
-    digests: dict[str, str] | None = None,
-) -> str:
+def fingerprint(inputs: object, files: Sequence[Location] = (), digests: dict[str, str] | None = None) -> str:
     """A short stable hash of what a table or a run's staging was built from: `inputs` (JSON-able: paths,
-    settings, upstream markers) and, for each of `files`, its path and content (`content_digest`, or
+    settings, upstream markers) and, for each of `files`, its URI and content (`content_digest`, or
     `digests[uri]` where the caller has it already)."""
     if files:
         digests = digests or {}
-        contents = [[uri, digests.get(uri) or content_digest(uri, s3)] for uri in files]
+        contents = [[f.uri, digests.get(f.uri) or content_digest(f)] for f in files]
         inputs = {"inputs": inputs, "files": contents}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def content_digest(uri: str, s3: S3Settings | None) -> str:
+def content_digest(file: Location) -> str:
     """What a file holds: the SHA-256 of a local file's bytes, or an S3 object's ETag (the store's
     digest of the bytes, read without downloading them). Size and modification time are not enough:
     a file replaced by one of the same size, its time set back, would resume the old file's stages."""
-    if is_s3(uri):
-        return "etag:" + _etag(uri, s3)
-    fs, path = resolve(uri, s3)
+    if file.is_s3:
+        return "etag:" + _etag(file)
     digest = hashlib.sha256()
-    with fs.open_input_stream(path, compression=None) as f:
+    with file.open_input() as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return "sha256:" + digest.hexdigest()
 
 
-def _etag(uri: str, s3: S3Settings | None) -> str:
+def _etag(file: Location) -> str:
     import boto3
 
-    settings = s3 or S3Settings.from_env()
-    settings.require_endpoint(uri)
+    settings = file.s3
+    settings.require_endpoint(file.uri)
     client = boto3.client(
         "s3",
         endpoint_url=settings.endpoint_url,
@@ -128,7 +122,7 @@ def _etag(uri: str, s3: S3Settings | None) -> str:
         aws_secret_access_key=settings.secret_access_key,
         aws_session_token=settings.session_token,
     )
-    bucket, _, key = uri[len("s3://") :].partition("/")
+    bucket, _, key = file.uri[len("s3://") :].partition("/")
     return client.head_object(Bucket=bucket, Key=key)["ETag"]
 
 
@@ -395,33 +389,31 @@ def with_quarantine(fields: Sequence[pa.Field]) -> pa.Schema:
     return pa.schema([*fields, *(f.with_nullable(True) for f in schemas.QUARANTINE)])
 
 
-def empty_folder(uri: str, s3: S3Settings | None) -> tuple:
+def empty_folder(folder: Location) -> tuple:
     """(filesystem, path) of a folder that exists and is empty, whatever an earlier run left in it."""
-    fs, path = resolve(uri, s3)
+    fs, path = folder.fs_path()
     fs.create_dir(path, recursive=True)
     fs.delete_dir_contents(path)
     return fs, path
 
 
-def write_stage(dataset, uri: str, s3: S3Settings | None, schema: pa.Schema | None = None, stage: str | None = None):
+def write_stage(dataset, folder: Location, schema: pa.Schema | None = None, stage: str | None = None) -> None:
     """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first);
     with `schema`, an empty result is one empty Parquet file of that schema."""
     import pyarrow.parquet as pq
 
-    fs, path = empty_folder(uri, s3)
+    fs, path = empty_folder(folder)
     dataset.write_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
-    if schema is not None and not list_files(uri, s3, suffix=".parquet"):
+    if schema is not None and not folder.files(suffix=".parquet"):
         pq.write_table(schema.empty_table(), f"{path}/part-empty.parquet", filesystem=fs)
-    _write_marker(uri, s3, BATCH_STAGE, stage, count_rows(uri, s3))
+    _write_marker(folder.uri, folder.s3, BATCH_STAGE, stage, count_rows(folder))
 
 
-def read_stage(uri: str, s3: S3Settings | None):
+def read_stage(folder: Location):
     """A finished stage's usable rows (no reason) as a materialized Ray Dataset."""
-    import ray.data
     from ray.data.expressions import col
 
-    fs, path = resolve(uri, s3)
-    rows = ray.data.read_parquet(path, filesystem=fs, num_cpus=0.25)
+    rows = folder.read_dataset(num_cpus=0.25)
     # Read before an actor pool takes the CPUs: Ray's file listing wants a whole one.
     return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
 
@@ -433,8 +425,8 @@ class Stages:
     first, and the fingerprint is written there (`_staging.json`, its first file); a non-empty folder
     without one of a batch job's is refused (`ForeignFolderError`), never cleared."""
 
-    def __init__(self, staging: str, s3: S3Settings | None, fingerprint: str | None = None) -> None:
-        self.staging, self.s3 = staging, s3
+    def __init__(self, staging: Location, fingerprint: str | None = None) -> None:
+        self.staging = staging
         self.resumed: list[str] = []
         self.seconds: dict[str, float] = {}
         self.discarded = False  # whether staging of another fingerprint was cleared
@@ -442,11 +434,12 @@ class Stages:
             self._claim(fingerprint)
 
     def _claim(self, digest: str) -> None:
-        fs, path = resolve(self.staging, self.s3)
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            owner = _read_json(join(self.staging, OWNER), self.s3)
+        owner_file = self.staging.join(OWNER)
+        if self.staging.exists():
+            owner = _read_json(owner_file.uri, owner_file.s3)
             if owner is not None and owner.get("kind") == BATCH_STAGING and owner.get("fingerprint") == digest:
                 return
+            fs, path = self.staging.fs_path()
             if (owner is None or owner.get("kind") != BATCH_STAGING) and list_paths(fs, path):
                 # the owner file is the first file of a batch job's staging: without it, not ours to delete
                 raise ForeignFolderError(
@@ -454,58 +447,57 @@ class Stages:
                     "them; move them away"
                 )
             self.discarded = True
-        empty_folder(self.staging, self.s3)
-        with open_output(join(self.staging, OWNER), self.s3) as out:
-            out.write(json.dumps({"kind": BATCH_STAGING, "fingerprint": digest}).encode())
+        empty_folder(self.staging)
+        owner_file.write_bytes(json.dumps({"kind": BATCH_STAGING, "fingerprint": digest}).encode())
 
     def run(
         self, name: str, dataset: Callable[[], object], resume: bool = True, schema: pa.Schema | None = None
-    ) -> str:
-        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its URI.
+    ) -> Location:
+        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its place.
 
         With `schema`, a stage that wrote no rows gets one empty Parquet file of that schema, so the
         next stage (and the partition) reads an empty table rather than a folder with no files."""
-        uri = join(self.staging, name)
+        folder = self.staging.join(name)
         start = time.perf_counter()
-        if resume and (read_marker(uri, self.s3) or {}).get("kind") == BATCH_STAGE:
+        if resume and (folder.marker() or {}).get("kind") == BATCH_STAGE:
             self.resumed.append(name)
         else:
-            write_stage(dataset(), uri, self.s3, schema, stage=name)
+            write_stage(dataset(), folder, schema, stage=name)
         self.seconds[name] = time.perf_counter() - start
-        return uri
+        return folder
 
     def clear(self) -> None:
-        _delete(self.staging, self.s3)
+        _delete(self.staging.uri, self.staging.s3)
 
 
-def count_rows(uri: str, s3: S3Settings | None) -> int:
+def _parquet(folder: Location):
     import pyarrow.dataset as pads
 
-    fs, path = resolve(uri, s3)
-    return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).count_rows()
+    fs, path = folder.fs_path()
+    return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True)
 
 
-def usable_rows(uri: str, s3: S3Settings | None) -> int:
+def count_rows(folder: Location) -> int:
+    """The rows of the Parquet files at or under `folder` (from their footers)."""
+    return _parquet(folder).count_rows()
+
+
+def usable_rows(folder: Location) -> int:
     """How many of a finished stage's rows the next stage reads (those without a reason)."""
     import pyarrow.dataset as pads
 
-    fs, path = resolve(uri, s3)
-    dataset = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True)
-    return dataset.count_rows(filter=pads.field("reason").is_null())
+    return _parquet(folder).count_rows(filter=pads.field("reason").is_null())
 
 
-def write_quarantine(stages: Sequence[str], target: str, s3: S3Settings | None) -> dict[str, int]:
+def write_quarantine(stages: Sequence[Location], target: Location) -> dict[str, int]:
     """The stages' rows with a reason, as one QUARANTINE file in `target` (replaced); returns {reason: count}."""
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
 
-    fs, dst = empty_folder(target, s3)
+    fs, dst = empty_folder(target)
     parts = []
-    for uri in stages:
-        _, path = resolve(uri, s3)
-        rows = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table(
-            columns=schemas.QUARANTINE.names, filter=pads.field("reason").is_valid()
-        )
+    for stage in stages:
+        rows = _parquet(stage).to_table(columns=schemas.QUARANTINE.names, filter=pads.field("reason").is_valid())
         parts.append(rows.cast(schemas.QUARANTINE))
     table = pa.concat_tables(parts)
     pq.write_table(table, f"{dst}/part-00000.parquet", filesystem=fs)

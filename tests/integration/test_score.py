@@ -635,12 +635,14 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 
 
 def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
+    from xh.storage import Store
     from xh.tables import fingerprint
 
     uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
+    files = [Store(s3=s3_endpoint).at(uri)]
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])
-    before = fingerprint({}, [uri], s3_endpoint)
+    before = fingerprint({}, files)
     _write_questions(uri, ['{"qid": "1", "question": "Who drove it?"}'])  # the same size
-    assert fingerprint({}, [uri], s3_endpoint) != before
+    assert fingerprint({}, files) != before
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])  # written again: a later time, same bytes
-    assert fingerprint({}, [uri], s3_endpoint) == before
+    assert fingerprint({}, files) == before

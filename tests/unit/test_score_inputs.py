@@ -16,6 +16,7 @@ from xh import schemas
 from xh.config import ConfigError, load_config
 from xh.partitions import PLAN, plan_merge, publish, recover
 from xh.questions import InputLimits, later_files, parse_question_file
+from xh.storage import Location, Store
 from xh.tables import fingerprint
 
 # --- the resume fingerprint ------------------------------------------------------------------------
@@ -25,16 +26,16 @@ def test_a_file_replaced_by_one_of_the_same_size_with_its_time_set_back_gets_ano
     question_file = tmp_path / "q.jsonl"
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')
     times = os.stat(question_file)
-    before = fingerprint({"batch_graphs": 8}, [str(question_file)], None)
+    before = fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))])
 
     question_file.write_text('{"qid": "1", "question": "Who drove it?"}\n')  # the same number of bytes
     os.utime(question_file, ns=(times.st_atime_ns, times.st_mtime_ns))
     after = os.stat(question_file)
     assert (after.st_size, after.st_mtime_ns) == (times.st_size, times.st_mtime_ns)
-    assert fingerprint({"batch_graphs": 8}, [str(question_file)], None) != before
+    assert fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))]) != before
 
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')  # the first content again
-    assert fingerprint({"batch_graphs": 8}, [str(question_file)], None) == before
+    assert fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))]) == before
 
 
 # --- size limits -----------------------------------------------------------------------------------
@@ -148,11 +149,11 @@ def _predictions(qids: list[str], answer: str) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
 
 
-def _stage(folder, qids: list[str], answer: str) -> str:
+def _stage(folder, qids: list[str], answer: str) -> Location:
     folder.mkdir(parents=True)
     table = _predictions(qids, answer)
     pq.write_table(table if qids else table.schema.empty_table(), folder / "part-0.parquet")
-    return str(folder)
+    return Store().at(str(folder))
 
 
 def _partition(folder) -> dict[str, str]:
@@ -162,11 +163,12 @@ def _partition(folder) -> dict[str, str]:
 
 
 def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_again(tmp_path):
-    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+    partition, store = tmp_path / "partition", Store()
+    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
 
     def run(n: int, qids: list[str], answer: str, replace: bool = False) -> dict:
-        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), str(partition), kept, None, f"t{n}", replace)
-        publish(plan, str(partition), None)
+        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), place, kept, f"t{n}", replace)
+        publish(plan, place)
         return plan
 
     assert run(1, ["a", "b", "c"], "first")["rows"] == 3
@@ -188,28 +190,26 @@ def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_
 
 @pytest.mark.parametrize("moved", [0, 1, 2])
 def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path, moved):
-    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+    partition, store = tmp_path / "partition", Store()
+    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
     publish(
-        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), str(partition), kept, None, "t1"),
-        str(partition),
-        None,
+        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), place, kept, "t1"),
+        place,
     )
-    publish(
-        plan_merge(_stage(tmp_path / "run2", ["c"], "second"), str(partition), kept, None, "t2"), str(partition), None
-    )
-    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), str(partition), kept, None, "t3")
+    publish(plan_merge(_stage(tmp_path / "run2", ["c"], "second"), place, kept, "t2"), place)
+    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), place, kept, "t3")
     assert len(plan["add"]) == 2 and len(plan["remove"]) == 1  # a's kept rows, and the new file
 
     # what publish does, cut off after `moved` of its moves (2: after all of them, before the deletes)
     (partition / PLAN).write_text(json.dumps({"add": [n for _, n in plan["add"]], "remove": plan["remove"]}))
     for source, name in plan["add"][:moved]:
         os.rename(source, partition / name)
-    assert recover(str(partition), None) == ("finished" if moved == 2 else "undone")
+    assert recover(place) == ("finished" if moved == 2 else "undone")
     expected = {"a": "first", "b": "third", "c": "second", "d": "third"}
     if moved < 2:
         expected = {"a": "first", "b": "first", "c": "second"}
     assert _partition(partition) == expected and not (partition / PLAN).exists()
-    assert recover(str(partition), None) is None
+    assert recover(place) is None
 
 
 def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):

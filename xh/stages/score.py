@@ -49,7 +49,7 @@ import pyarrow as pa
 from xh import locations, schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
-from xh.partitions import partition_path, plan_merge, publish, recover, scored_inputs, write_inputs_record
+from xh.partitions import partition_of, plan_merge, publish, recover, scored_inputs, write_inputs_record
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.pipeline_record import apply_pipeline
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
@@ -105,9 +105,9 @@ class Places:
             index=store.at(locations.index(cfg)),
             tables=store.at(locations.tables(cfg, cfg.retrieve.tables)),
             output=output,
-            partition=store.at(partition_path(output.uri, run_date, name, version)),
+            partition=partition_of(output, run_date, name, version),
             staging=output.join("_staging", f"{run_date}-{name}-v{version}"),
-            quarantine=store.at(partition_path(output.join("quarantine").uri, run_date, name, version)),
+            quarantine=partition_of(output.join("quarantine"), run_date, name, version),
             corpus_cache=output.join("_cache", f"{name}-v{version}"),
         )
 
@@ -122,7 +122,7 @@ def _snapshot(cfg: XHConfig, places: Places) -> str:
     indexes the docs table itself, so its snapshot is that table's size."""
     if cfg.graphs.task == "fever":
         docs = places.tables.join("docs")
-        return f"{docs} docs={count_rows(docs.uri, docs.s3)} retrieval=fever-sentences"
+        return f"{docs} docs={count_rows(docs)} retrieval=fever-sentences"
     return corpus_snapshot(places.index.uri, places.index.s3)
 
 
@@ -271,7 +271,7 @@ def _graphs(parsed: Location, cfg: XHConfig, places: Places):
     from ray.data import ActorPoolStrategy
 
     sc, (retrieval, graph) = cfg.score, settings_of(cfg)
-    return _in_batches(read_stage(parsed.uri, parsed.s3), sc.batch_size, sc.workers).map_batches(
+    return _in_batches(read_stage(parsed), sc.batch_size, sc.workers).map_batches(
         _GraphActor,
         batch_size=None,  # a whole block a call
         batch_format="pyarrow",
@@ -314,7 +314,7 @@ def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
         "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else None,
     }
     cache = job.places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16])
-    return _in_batches(read_stage(graphs.uri, graphs.s3), sc.batch_size, sc.inference_workers).map_batches(
+    return _in_batches(read_stage(graphs), sc.batch_size, sc.inference_workers).map_batches(
         _InferenceActor,
         **model_pool(sc, use_gpu),
         fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, job.cfg.mlflow),
@@ -329,14 +329,14 @@ def _no_rows(schema: pa.Schema):
     return ray.data.from_arrow(schema.empty_table())
 
 
-def _write_quarantine(stages: list[str], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
+def _write_quarantine(stages: list[Location], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
     """The run's quarantined rows under `root`, in a folder of their own per set of input files: a
     re-run of the same files replaces its rows, other inputs' rows stay (all go with `replace`)."""
     if replace and root.exists():
         fs, path = root.fs_path()
         fs.delete_dir(path)
     digest = hashlib.sha256(json.dumps(sorted(inputs)).encode()).hexdigest()[:16]
-    return write_quarantine(stages, root.join(f"inputs-{digest}").uri, root.s3)
+    return write_quarantine(stages, root.join(f"inputs-{digest}"))
 
 
 # --- before Ray: what the run scores, with which model version -------------------------------------
@@ -361,11 +361,11 @@ def _unreadable(parsed: Location) -> set[str]:
 def _new_inputs(inputs: list[str], sc, places: Places, model: dict) -> tuple[dict[str, str], list[str]]:
     """({URI: content digest} of the files to score, the files skipped): with `score.incremental` (and
     not `score.replace`), a file this model version has scored with the same content is skipped."""
-    s3 = places.output.s3
-    digests = {uri: content_digest(uri, s3) for uri in inputs}
+    store = places.output.store
+    digests = {uri: content_digest(store.at(uri)) for uri in inputs}
     if not sc.incremental or sc.replace:
         return digests, []
-    scored = scored_inputs(places.output.uri, model["name"], model["version"], s3)
+    scored = scored_inputs(places.output, model["name"], model["version"])
     skipped = [uri for uri, digest in digests.items() if (uri, digest) in scored]
     return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped
 
@@ -388,7 +388,7 @@ def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig
             return cfg, None
         record, local = found
         copies.upload(local)
-    cfg, drift = apply_pipeline(cfg, record, copies.uri, store.s3, allow_drift=cfg.score.allow_drift)
+    cfg, drift = apply_pipeline(cfg, record, copies, allow_drift=cfg.score.allow_drift)
     for setting, values in drift.items():
         log(f"warning: {setting}={values['used']!r}, not the version's {values['version']!r} (score.allow_drift)")
     return cfg, drift
@@ -450,45 +450,41 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     cfg, places, s3 = job.cfg, job.places, job.store.s3
     sc, inputs = cfg.score, list(job.digests)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-    digest = fingerprint(_settings(cfg, job.model, places, job.snapshot), inputs, s3, job.digests)
-    stages = Stages(places.staging.uri, s3, fingerprint=digest)
+    files = [job.store.at(uri) for uri in inputs]
+    stages = Stages(
+        places.staging, fingerprint=fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
+    )
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-    parsed = job.store.at(stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED))
-    graphs = job.store.at(
-        stages.run(
-            "graphs",
-            lambda: _graphs(parsed, cfg, places) if usable_rows(parsed.uri, s3) else _no_rows(GRAPHS),
-            schema=GRAPHS,
-        )
+    parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
+    graphs = stages.run(
+        "graphs", lambda: _graphs(parsed, cfg, places) if usable_rows(parsed) else _no_rows(GRAPHS), schema=GRAPHS
     )
     # never resumed: a run that failed while moving its predictions left that stage incomplete
     predictions = stages.run(
         "inference",
-        lambda: _predictions(graphs, job, use_gpu) if usable_rows(graphs.uri, s3) else _no_rows(schemas.PREDICTIONS),
+        lambda: _predictions(graphs, job, use_gpu) if usable_rows(graphs) else _no_rows(schemas.PREDICTIONS),
         resume=False,
         schema=schemas.PREDICTIONS,
     )
     _recover(places.partition)
-    quarantine = _write_quarantine([parsed.uri, graphs.uri], places.quarantine, inputs, sc.replace)
+    quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
     unreadable = _unreadable(parsed)
     record = places.staging.join("inputs.json")
     scored = {u: d for u, d in job.digests.items() if u not in unreadable}
-    write_inputs_record(record.uri, scored, s3, mlflow_run_id=run_id, model=job.model)
+    write_inputs_record(record, scored, mlflow_run_id=run_id, model=job.model)
     kept = places.staging.join("kept")
     plan = ray.get(
-        ray.remote(num_cpus=0.25)(plan_merge).remote(
-            predictions, places.partition.uri, kept.uri, s3, run_id, sc.replace, record.uri
-        )
+        ray.remote(num_cpus=0.25)(plan_merge).remote(predictions, places.partition, kept, run_id, sc.replace, record)
     )
-    files = publish(plan, places.partition.uri, s3)
+    published = publish(plan, places.partition)
     stages.clear()
     return {
         "predictions": plan["rows"],  # this run's
         "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
         "quarantined": quarantine,
-        "prediction_files": files,
+        "prediction_files": published,
         "resumed_stages": stages.resumed,
         "staging_discarded": stages.discarded,
         "seconds": {k: round(v, 3) for k, v in stages.seconds.items()},
@@ -497,7 +493,7 @@ def _score(job: ScoreJob, run_id: str) -> dict:
 
 
 def _recover(partition: Location) -> None:
-    recovered = recover(partition.uri, partition.s3)  # a publish a killed run left half done
+    recovered = recover(partition)  # a publish a killed run left half done
     if recovered:
         log(f"the interrupted publish of an earlier run into the partition was {recovered}")
 
@@ -518,7 +514,7 @@ def _nothing_new(job: ScoreJob) -> dict:
 
 
 def _partition_rows(partition: Location) -> int:
-    return count_rows(partition.uri, partition.s3) if partition.exists() else 0
+    return count_rows(partition) if partition.exists() else 0
 
 
 def run(job: ScoreJob) -> dict:
