@@ -451,9 +451,8 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     sc, inputs = cfg.score, list(job.digests)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     files = [job.store.at(uri) for uri in inputs]
-    stages = Stages(
-        places.staging, fingerprint=fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
-    )
+    digest = fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
+    stages = Stages(places.staging, fingerprint=digest)
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
