@@ -256,9 +256,6 @@ class ScoreConfig(Section):
     question_classifier: str | None = Field(
         None, description="question-type classifier folder (xh.model.qtype) for questions without a type"
     )
-    fail_before: Literal["graphs", "inference"] | None = Field(
-        None, description="testing: the run stops with an error before this stage (to show it resumes)"
-    )
     replace: bool = Field(
         False,
         description="replace the whole run_date/model partition with this run's predictions; default: add this "

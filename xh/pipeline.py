@@ -19,7 +19,7 @@ Questions without a `type` get one from `classifier` (`xh.model.qtype`, bridge o
 one is given. A question without a graph is quarantined with the reason (`source` "graphs"), and so is
 a second question of the same qid in one call (`duplicate id`: it would share the first's evidence).
 A registered version records what its graph half needs (`xh.pipeline_record`).
-Nothing here imports Ray: the batch-scoring driver (`workflows.score`) maps batches of rows
+Nothing here imports Ray: batch scoring (`xh.stages.score`) maps batches of rows
 through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
 """
 

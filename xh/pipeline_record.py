@@ -2,7 +2,7 @@
 scoring takes it back.
 
     record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.log_and_register`)
-    cfg, drift = apply_pipeline(cfg, record, folder, allow_drift=False)   # at scoring (`workflows.score`)
+    cfg, drift = apply_pipeline(cfg, record, store.at(folder), allow_drift=False)   # at scoring (`xh.stages.score`)
 
 The record holds the prediction-affecting retrieval and graph settings, the small trained models it
 copies (the path scorer), the larger ones by URI and digest, and the index by URI and snapshot id. A
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 
+from xh import locations
 from xh.config import ConfigError, XHConfig
-from xh.storage import S3Settings
+from xh.store import Location, Store
 
 PIPELINE_FORMAT = "xh-pipeline/1"
 PIPELINE_FILE = "pipeline.json"
@@ -61,21 +62,19 @@ class PipelineDrift(ConfigError):
     """A prediction-affecting setting of the scoring config differs from the version's (one line)."""
 
 
-def folder_digest(uri: str, s3: S3Settings | None = None) -> str:
+def folder_digest(folder: Location) -> str:
     """A folder's content: the SHA-256 of its files' relative names and content digests (S3: ETags)."""
     import hashlib
 
-    from xh.staging import content_digest
-    from xh.storage import list_files
+    from xh.tables import content_digest
 
-    files = list_files(uri, s3)
     digest = hashlib.sha256()
-    for f in files:
-        digest.update(f"{f[len(uri.rstrip('/')) :]}\t{content_digest(f, s3)}\n".encode())
+    for f in folder.files():
+        digest.update(f"{f[len(folder.uri.rstrip('/')) :]}\t{content_digest(folder.store.at(f))}\n".encode())
     return "sha256:" + digest.hexdigest()
 
 
-def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
+def index_reference(cfg: XHConfig, store: Store) -> dict | None:
     """The index the graph half retrieves from, as {uri, snapshot}: a BM25 index's snapshot id is the digest
     of its manifest (analyzer, corpus statistics, shards: the same for a moved copy); FEVER retrieves from
     the docs table, whose snapshot is its content digest. None when there is none yet."""
@@ -83,19 +82,18 @@ def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
     from pathlib import Path
 
     from xh.retrieval.index import read_manifest
-    from xh.storage import is_s3, join
-    from xh.store import Store
+    from xh.storage import is_s3
 
     if cfg.graphs.task == "fever":
-        docs = join(cfg.retrieve.tables or join(cfg.storage.root, "tables"), "docs")
+        docs = store.at(locations.tables(cfg, cfg.retrieve.tables), "docs")
         try:
-            return {"uri": docs, "snapshot": folder_digest(docs, s3)}
+            return {"uri": docs.uri, "snapshot": folder_digest(docs)}
         except FileNotFoundError:
             return None
-    uri = cfg.retrieve.index or join(cfg.storage.root, "index", "bm25")
+    uri = locations.index(cfg)
     uri = uri if is_s3(uri) else str(Path(uri).resolve())  # a reference that holds from any working folder
     try:
-        manifest = read_manifest(Store(s3=s3 or S3Settings.from_env()).at(uri))
+        manifest = read_manifest(store.at(uri))
     except FileNotFoundError:
         return None
     manifest.pop("docs", None)  # where the docs table was: not what the index holds
@@ -105,10 +103,11 @@ def index_reference(cfg: XHConfig, s3: S3Settings | None = None) -> dict | None:
     }
 
 
-def pipeline_record(cfg: XHConfig, graph_summary: dict, s3: S3Settings | None = None) -> tuple[dict, dict]:
+def pipeline_record(cfg: XHConfig, graph_summary: dict, store: Store | None = None) -> tuple[dict, dict]:
     """(the record, {name: folder to copy}) of the pipeline a model trained with `cfg` on graphs whose
     `_summary.json` is `graph_summary` answers with: its knobs (the graphs' own where the summary has
-    them), its trained models and the index reference."""
+    them), its trained models and the index reference. `store`: default, the config's."""
+    store = store or Store.from_config(cfg)
     built = graph_summary.get("settings", {}) | {
         k: graph_summary[k] for k in ("task", "setting", "edge_mode") if k in graph_summary
     }
@@ -120,7 +119,7 @@ def pipeline_record(cfg: XHConfig, graph_summary: dict, s3: S3Settings | None = 
         "graphs": graphs,
         "models": {},
         # distractor-setting graphs came from the questions' own paragraphs: no index built them
-        "index": None if built.get("setting") == "distractor" else index_reference(trained, s3),
+        "index": None if built.get("setting") == "distractor" else index_reference(trained, store),
     }
     copies = {}
     for section, key in MODELS:
@@ -128,7 +127,7 @@ def pipeline_record(cfg: XHConfig, graph_summary: dict, s3: S3Settings | None = 
         if not uri:
             record["models"][f"{section}.{key}"] = None
             continue
-        entry = {"uri": uri, "digest": folder_digest(uri, s3)}
+        entry = {"uri": uri, "digest": folder_digest(store.at(uri))}
         if (section, key) in COPIED:
             entry["copy"] = f"{section}.{key}"
             copies[entry["copy"]] = uri
@@ -140,16 +139,13 @@ def _explicit(section, key: str) -> bool:
     return key in section.model_fields_set
 
 
-def apply_pipeline(
-    cfg: XHConfig, record: dict, copies: str, s3: S3Settings | None = None, allow_drift: bool = False
-) -> tuple[XHConfig, dict]:
+def apply_pipeline(cfg: XHConfig, record: dict, copies: Location, allow_drift: bool = False) -> tuple[XHConfig, dict]:
     """The scoring config with the version's pipeline: its knobs and models, and its index unless the config
     names a copy with the same snapshot id. `copies`: where the version's copied models are (a folder every
-    worker reads). A setting the config sets explicitly to another value is refused (`PipelineDrift`, naming
+    worker reads; its store reaches the config's models and index too). A setting the config sets explicitly to another value is refused (`PipelineDrift`, naming
     it) unless `allow_drift`; then the config's value is used and returned in the drift
     {setting: {"version": ..., "used": ...}}."""
-    from xh.storage import join
-
+    store = copies.store
     drift: dict[str, dict] = {}
 
     def decide(name: str, section, key: str, theirs, ours, differs: bool, what: str = ""):
@@ -177,9 +173,9 @@ def apply_pipeline(
                 continue
             updates[section][key] = decide(f"{section}.{key}", part, key, None, ours, ours is not None)
             continue
-        theirs = join(copies, entry["copy"]) if "copy" in entry else entry["uri"]
+        theirs = copies.join(entry["copy"]).uri if "copy" in entry else entry["uri"]
         # the same model elsewhere (a copy of the same files) is no drift; an explicit None is
-        differs = _explicit(part, key) if ours is None else folder_digest(ours, s3) != entry["digest"]
+        differs = _explicit(part, key) if ours is None else folder_digest(store.at(ours)) != entry["digest"]
         updates[section][key] = decide(f"{section}.{key}", part, key, theirs, ours, differs)
     index = record.get("index")
     if index is not None and cfg.graphs.task != "fever":
@@ -187,7 +183,7 @@ def apply_pipeline(
         if ours is None or ours == index["uri"]:
             updates["retrieve"]["index"] = index["uri"]
         else:
-            found = index_reference(cfg, s3)
+            found = index_reference(cfg, store)
             snapshot = found and found["snapshot"]
             # a moved copy of the same snapshot is where the index lives now
             updates["retrieve"]["index"] = (

@@ -117,7 +117,9 @@ def version_graph_half(data_path: str, env=None):
     s3 = S3Settings.from_env(env)
     given = {"retrieve.index": env.get(INDEX_VAR), "retrieve.tables": env.get(TABLES_VAR)}
     cfg = load_config(None, [f"{k}={v}" for k, v in given.items() if v])
-    cfg, _ = apply_pipeline(cfg, record, str(folder), s3)  # a moved index of another snapshot: PipelineDrift
+    cfg, _ = apply_pipeline(
+        cfg, record, Store(s3=s3).at(str(folder))
+    )  # a moved index of another snapshot: PipelineDrift
     index = record.get("index")
     if cfg.graphs.task == "fever":
         # FEVER retrieves sentences from the docs table itself: its reference is `<tables>/docs`

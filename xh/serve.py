@@ -87,7 +87,7 @@ def version_config(cfg: XHConfig, store: Store, model: dict, folder: str) -> XHC
         )
         return cfg
     record, local = found
-    return apply_pipeline(cfg, record, local, store.s3, allow_drift=False)[0]
+    return apply_pipeline(cfg, record, store.at(local), allow_drift=False)[0]
 
 
 def graph_half(cfg: XHConfig, store: Store, model: dict, folder: str) -> Pipeline:

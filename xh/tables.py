@@ -1,4 +1,5 @@
-"""Tables handed on whole or not at all: staged writes, a completion marker, a reader check.
+"""Tables handed on whole or not at all (staged writes, a completion marker, a reader check), and a batch
+job's resumable stages on the same marker.
 
     with staged("runs/demo/graphs/hotpot", s3, kind=GRAPHS, stage="graphs", inputs={...}) as stage:
         write_everything_under(stage.uri)      # a hidden sibling: <parent>/.hotpot.staging
@@ -25,6 +26,22 @@ table of another kind (`graphs.output` pointed at the wiki tables), a folder ins
 `.<name>.staging` / `.<name>.old` sibling that carries no proof of being this kind's own: a staging
 folder holds `_staging.json` (its kind and target) from the moment it is created, an old one the marker.
 A marker written before markers named kinds counts as the kind its folder's layout shows, or none.
+
+A batch job (scoring) writes each of its stages whole under a staging folder before the next starts, so a
+failed run re-run resumes after its last finished stage:
+
+    stages = Stages(store.at(staging_uri), fingerprint=fingerprint(settings, [store.at(f) for f in inputs]))
+    parsed = stages.run("parse", lambda: files.map_batches(parse))   # a Ray Dataset -> <staging>/parse/*.parquet
+    graphs = stages.run("graphs", lambda: read_stage(parsed).map_batches(build))   # each a Location
+    stages.resumed, stages.seconds                 # the stages a re-run skipped; seconds per stage
+    write_quarantine([parsed, graphs], store.at(quarantine_uri))   # {reason: count}
+
+A stage is finished when its folder holds `_complete.json` (kind `batch stage`), written after its last
+Parquet file. The staging folder's `_staging.json` (kind `batch staging`, written first) holds the
+fingerprint of the run's input files and settings: staging of another fingerprint is cleared, never
+resumed, and a folder without one is refused. A stage's rows that could not be used carry the QUARANTINE
+columns (`with_quarantine`), `reason` not null; the next stage reads only the others (`read_stage`), and
+`write_quarantine` gathers them at the end. Only `read_stage` imports Ray (when called).
 """
 
 from __future__ import annotations
@@ -36,14 +53,17 @@ import os
 import posixpath
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
+from xh import schemas
 from xh.config import ConfigError
 from xh.storage import S3Settings, is_s3, join, list_paths, open_input, open_output, resolve
+from xh.store import Location
 
 MARKER = "_complete.json"
 OWNER = "_staging.json"  # the first file of a staging folder: which kind and target it is being built for
@@ -54,6 +74,8 @@ RETRIEVAL = "retrieval output"
 BM25_INDEX = "bm25 index"
 GRAPHS = "graphs"
 GRAPHS_QUARANTINE = "graphs quarantine"
+BATCH_STAGING = "batch staging"  # a batch job's staging folder (its `_staging.json` holds the fingerprint)
+BATCH_STAGE = "batch stage"  # one finished stage inside it
 
 
 class IncompleteTableError(FileNotFoundError):
@@ -64,9 +86,45 @@ class ForeignFolderError(ConfigError):
     """An output folder the stage may not replace: files the project did not write, or another kind of table."""
 
 
-def fingerprint(inputs: object) -> str:
-    """A short stable hash of what a table was built from (paths, settings, upstream markers)."""
+def fingerprint(inputs: object, files: Sequence[Location] = (), digests: dict[str, str] | None = None) -> str:
+    """A short stable hash of what a table or a run's staging was built from: `inputs` (JSON-able: paths,
+    settings, upstream markers) and, for each of `files`, its URI and content (`content_digest`, or
+    `digests[uri]` where the caller has it already)."""
+    if files:
+        digests = digests or {}
+        contents = [[f.uri, digests.get(f.uri) or content_digest(f)] for f in files]
+        inputs = {"inputs": inputs, "files": contents}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def content_digest(file: Location) -> str:
+    """What a file holds: the SHA-256 of a local file's bytes, or an S3 object's ETag (the store's
+    digest of the bytes, read without downloading them). Size and modification time are not enough:
+    a file replaced by one of the same size, its time set back, would resume the old file's stages."""
+    if file.is_s3:
+        return "etag:" + _etag(file)
+    digest = hashlib.sha256()
+    with file.open_input() as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def _etag(file: Location) -> str:
+    import boto3
+
+    settings = file.s3
+    settings.require_endpoint(file.uri)
+    client = boto3.client(
+        "s3",
+        endpoint_url=settings.endpoint_url,
+        region_name=settings.region,
+        aws_access_key_id=settings.access_key_id,
+        aws_secret_access_key=settings.secret_access_key,
+        aws_session_token=settings.session_token,
+    )
+    bucket, _, key = file.uri[len("s3://") :].partition("/")
+    return client.head_object(Bucket=bucket, Key=key)["ETag"]
 
 
 def _read_json(uri: str, s3: S3Settings | None) -> dict | None:
@@ -265,18 +323,26 @@ def _recover_local(uri: str, kind: str) -> None:
         os.rename(old, target)
 
 
+def _write_marker(uri: str, s3: S3Settings | None, kind: str, stage: str | None, rows: int | None, **more) -> dict:
+    """The folder's `_complete.json`: written last, once everything else in the folder is."""
+    marker = {
+        "kind": kind,
+        **({"stage": stage} if stage else {}),
+        "rows": rows,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **more,
+    }
+    with open_output(join(uri, MARKER), s3) as f:
+        f.write(json.dumps(marker, indent=1, default=str).encode())
+    return marker
+
+
 def publish(stage: Stage, s3: S3Settings | None = None) -> dict:
     """Write the marker into the staging folder (its last file), then swap the folder into place."""
-    marker = {
-        "kind": stage.kind,
-        **({"stage": stage.stage} if stage.stage else {}),
-        "rows": stage.rows,
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "inputs": fingerprint(stage.inputs),
-        **({"detail": stage.detail} if stage.detail else {}),
-    }
-    with open_output(join(stage.uri, MARKER), s3) as f:
-        f.write(json.dumps(marker, indent=1, default=str).encode())
+    detail = {"detail": stage.detail} if stage.detail else {}
+    marker = _write_marker(
+        stage.uri, s3, stage.kind, stage.stage, stage.rows, inputs=fingerprint(stage.inputs), **detail
+    )
     check_replaceable(stage.target, s3, stage.kind)  # again: someone may have written there meanwhile
     if is_s3(stage.target):
         _swap_s3(stage.uri, stage.target, s3)
@@ -312,3 +378,131 @@ def _swap_s3(staging_uri: str, target_uri: str, s3: S3Settings | None) -> None:
         fs.copy_file(src, target + src[len(staging) :])
     fs.copy_file(f"{staging}/{MARKER}", f"{target}/{MARKER}")  # last
     fs.delete_dir(staging)
+
+
+# --------------------------------------------------------------------------------------------
+# A batch job's resumable stages: the same marker in each finished stage's folder
+# --------------------------------------------------------------------------------------------
+
+
+def with_quarantine(fields: Sequence[pa.Field]) -> pa.Schema:
+    """A stage's schema: its own columns, then the QUARANTINE columns (null on rows it could use)."""
+    return pa.schema([*fields, *(f.with_nullable(True) for f in schemas.QUARANTINE)])
+
+
+def empty_folder(folder: Location) -> tuple:
+    """(filesystem, path) of a folder that exists and is empty, whatever an earlier run left in it."""
+    fs, path = folder.fs_path()
+    fs.create_dir(path, recursive=True)
+    fs.delete_dir_contents(path)
+    return fs, path
+
+
+def write_stage(dataset, folder: Location, schema: pa.Schema | None = None, stage: str | None = None) -> None:
+    """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first);
+    with `schema`, an empty result is one empty Parquet file of that schema."""
+    import pyarrow.parquet as pq
+
+    fs, path = empty_folder(folder)
+    dataset.write_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
+    if schema is not None and not folder.files(suffix=".parquet"):
+        pq.write_table(schema.empty_table(), f"{path}/part-empty.parquet", filesystem=fs)
+    _write_marker(folder.uri, folder.s3, BATCH_STAGE, stage, count_rows(folder))
+
+
+def read_stage(folder: Location):
+    """A finished stage's usable rows (no reason) as a materialized Ray Dataset."""
+    from ray.data.expressions import col
+
+    rows = folder.read_dataset(num_cpus=0.25)
+    # Read before an actor pool takes the CPUs: Ray's file listing wants a whole one.
+    return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
+
+
+class Stages:
+    """The stages of one run under `staging`: each runs unless a finished copy is there already.
+
+    With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings is cleared
+    first, and the fingerprint is written there (`_staging.json`, its first file); a non-empty folder
+    without one of a batch job's is refused (`ForeignFolderError`), never cleared."""
+
+    def __init__(self, staging: Location, fingerprint: str | None = None) -> None:
+        self.staging = staging
+        self.resumed: list[str] = []
+        self.seconds: dict[str, float] = {}
+        self.discarded = False  # whether staging of another fingerprint was cleared
+        if fingerprint is not None:
+            self._claim(fingerprint)
+
+    def _claim(self, digest: str) -> None:
+        owner_file = self.staging.join(OWNER)
+        if self.staging.exists():
+            owner = _read_json(owner_file.uri, owner_file.s3)
+            if owner is not None and owner.get("kind") == BATCH_STAGING and owner.get("fingerprint") == digest:
+                return
+            fs, path = self.staging.fs_path()
+            if (owner is None or owner.get("kind") != BATCH_STAGING) and list_paths(fs, path):
+                # the owner file is the first file of a batch job's staging: without it, not ours to delete
+                raise ForeignFolderError(
+                    f"{self.staging} holds files but no {OWNER} of a batch job's staging: refusing to delete "
+                    "them; move them away"
+                )
+            self.discarded = True
+        empty_folder(self.staging)
+        owner_file.write_bytes(json.dumps({"kind": BATCH_STAGING, "fingerprint": digest}).encode())
+
+    def run(
+        self, name: str, dataset: Callable[[], object], resume: bool = True, schema: pa.Schema | None = None
+    ) -> Location:
+        """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its place.
+
+        With `schema`, a stage that wrote no rows gets one empty Parquet file of that schema, so the
+        next stage (and the partition) reads an empty table rather than a folder with no files."""
+        folder = self.staging.join(name)
+        start = time.perf_counter()
+        if resume and (folder.marker() or {}).get("kind") == BATCH_STAGE:
+            self.resumed.append(name)
+        else:
+            write_stage(dataset(), folder, schema, stage=name)
+        self.seconds[name] = time.perf_counter() - start
+        return folder
+
+    def clear(self) -> None:
+        _delete(self.staging.uri, self.staging.s3)
+
+
+def _parquet(folder: Location):
+    import pyarrow.dataset as pads
+
+    fs, path = folder.fs_path()
+    return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True)
+
+
+def count_rows(folder: Location) -> int:
+    """The rows of the Parquet files at or under `folder` (from their footers)."""
+    return _parquet(folder).count_rows()
+
+
+def usable_rows(folder: Location) -> int:
+    """How many of a finished stage's rows the next stage reads (those without a reason)."""
+    import pyarrow.dataset as pads
+
+    return _parquet(folder).count_rows(filter=pads.field("reason").is_null())
+
+
+def write_quarantine(stages: Sequence[Location], target: Location) -> dict[str, int]:
+    """The stages' rows with a reason, as one QUARANTINE file in `target` (replaced); returns {reason: count}."""
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+
+    fs, dst = empty_folder(target)
+    parts = []
+    for stage in stages:
+        rows = _parquet(stage).to_table(columns=schemas.QUARANTINE.names, filter=pads.field("reason").is_valid())
+        parts.append(rows.cast(schemas.QUARANTINE))
+    table = pa.concat_tables(parts)
+    pq.write_table(table, f"{dst}/part-00000.parquet", filesystem=fs)
+    counts: dict[str, int] = {}
+    for reason in table["reason"].to_pylist():
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts

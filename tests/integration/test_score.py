@@ -7,12 +7,40 @@ from __future__ import annotations
 import bz2
 import json
 import uuid
+from contextlib import contextmanager
 
 import mlflow
 import pyarrow.dataset as pads
 import pytest
 
 from xh.config import load_config
+from xh.tables import Stages
+
+
+class InjectedFailure(RuntimeError):
+    """A run stopped before a stage by `fail_before` (tests of resumption)."""
+
+
+@pytest.fixture
+def fail_before(monkeypatch):
+    """Fault injection for resumption tests: `with fail_before("inference"): score.run(cfg)` stops the
+    run with `InjectedFailure` just before that stage starts, its earlier stages finished in staging.
+    In-process (the stages run in the driver's process): no setting or variable in the product for it."""
+    run = Stages.run
+
+    @contextmanager
+    def failing(stage: str):
+        def stopped(self, name, *args, **kwargs):
+            if name == stage:
+                raise InjectedFailure(f"stopping before the {name} stage")
+            return run(self, name, *args, **kwargs)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Stages, "run", stopped)
+            with pytest.raises(InjectedFailure):
+                yield
+
+    return failing
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +144,9 @@ def test_a_challenger_with_another_signature_is_never_promoted(scoring_world, ml
 
 
 def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_rows_and_resumes(
-    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint, fail_before
 ):
     from workflows import score
-    from xh.staging import InjectedFailure
     from xh.storage import open_output
 
     mlflow.set_tracking_uri(mlflow_server)
@@ -145,8 +172,8 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
     overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output, run_date="2026-11-22")
 
-    with pytest.raises(InjectedFailure):
-        score.run(load_config(None, [*overrides, "score.fail_before=inference"]))
+    with fail_before("inference"):
+        score.run(load_config(None, overrides))
     summary = score.run(load_config(None, overrides))
     assert summary["resumed_stages"] == ["parse", "graphs"]  # the failed run's finished stages were kept
     assert summary["model"]["version"] == "1"
@@ -329,10 +356,9 @@ def _write_questions(uri: str, lines: list[str]) -> None:
 
 
 def test_a_failed_run_re_run_on_other_input_for_the_same_date_does_not_resume_the_first_inputs_stages(
-    scoring_world, tiny_backbone, mlflow_server, s3_endpoint
+    scoring_world, tiny_backbone, mlflow_server, s3_endpoint, fail_before
 ):
     from workflows import score
-    from xh.staging import InjectedFailure
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-key-{uuid.uuid4().hex[:6]}"
@@ -346,13 +372,8 @@ def test_a_failed_run_re_run_on_other_input_for_the_same_date_does_not_resume_th
     _write_questions(f"{input_b}/q.jsonl", second)
     output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
 
-    with pytest.raises(InjectedFailure):
-        score.run(
-            load_config(
-                None,
-                [*_score_overrides(scoring_world, mlflow_server, name, input_a, output), "score.fail_before=inference"],
-            )
-        )
+    with fail_before("inference"):
+        score.run(load_config(None, _score_overrides(scoring_world, mlflow_server, name, input_a, output)))
     summary = score.run(load_config(None, _score_overrides(scoring_world, mlflow_server, name, input_b, output)))
     assert summary["resumed_stages"] == [] and summary["staging_discarded"]
     partition = f"{output}/run_date=2026-11-23/model={name}/version=1"
@@ -363,10 +384,10 @@ def test_a_failed_run_re_run_on_other_input_for_the_same_date_does_not_resume_th
 
     # the same input and settings still resume; another scoring setting does not
     overrides_a = _score_overrides(scoring_world, mlflow_server, name, input_a, output)
-    with pytest.raises(InjectedFailure):
-        score.run(load_config(None, [*overrides_a, "score.fail_before=inference"]))
-    with pytest.raises(InjectedFailure):
-        score.run(load_config(None, [*overrides_a, "score.fail_before=inference", "score.batch_graphs=2"]))
+    with fail_before("inference"):
+        score.run(load_config(None, overrides_a))
+    with fail_before("inference"):
+        score.run(load_config(None, [*overrides_a, "score.batch_graphs=2"]))
     resumed = score.run(load_config(None, [*overrides_a, "score.batch_graphs=2"]))
     assert resumed["resumed_stages"] == ["parse", "graphs"] and not resumed["staging_discarded"]
 
@@ -615,12 +636,14 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 
 
 def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
-    from xh.staging import fingerprint
+    from xh.store import Store
+    from xh.tables import fingerprint
 
     uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
+    files = [Store(s3=s3_endpoint).at(uri)]
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])
-    before = fingerprint([uri], {}, s3_endpoint)
+    before = fingerprint({}, files)
     _write_questions(uri, ['{"qid": "1", "question": "Who drove it?"}'])  # the same size
-    assert fingerprint([uri], {}, s3_endpoint) != before
+    assert fingerprint({}, files) != before
     _write_questions(uri, ['{"qid": "1", "question": "Who wrote it?"}'])  # written again: a later time, same bytes
-    assert fingerprint([uri], {}, s3_endpoint) == before
+    assert fingerprint({}, files) == before

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.score import _InferenceActor, model_pool
 from xh.config import load_config
+from xh.stages.score import _InferenceActor, model_pool
 
 pytestmark = pytest.mark.integration
 

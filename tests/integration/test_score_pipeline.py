@@ -66,9 +66,10 @@ def test_a_version_registered_without_a_pipeline_record_scores_with_the_configs_
     caplog,
 ):
     """Logged as versions were before they kept a pipeline: the model folder alone as the pyfunc's data."""
-    from workflows import score
     from xh.model import XHModel
     from xh.registry import LOADER_MODULE, resolve_model
+    from xh.stages.score import version_pipeline
+    from xh.store import Store
 
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("score-tests")
@@ -81,6 +82,7 @@ def test_a_version_registered_without_a_pipeline_record_scores_with_the_configs_
     overrides = _score_overrides(scoring_world, mlflow_server, name, "unused", "unused")
     scoring = load_config(None, [*overrides, "score.model=models:/" + name + "/1", "graphs.edge_mode=full"])
     caplog.set_level("INFO", logger="xh.score")
-    used, drift = score.version_pipeline(scoring, resolve_model(scoring.score.model), s3_endpoint)
+    store = Store(root=scoring.storage.root, s3=s3_endpoint)
+    used, drift = version_pipeline(scoring, resolve_model(scoring.score.model), store)
     assert drift is None and used.graphs.edge_mode == "full"
     assert f"warning: {name} v1 has no pipeline record" in caplog.text

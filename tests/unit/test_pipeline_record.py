@@ -11,6 +11,7 @@ import pytest
 
 from xh.config import ConfigError, load_config
 from xh.pipeline_record import PipelineDrift, apply_pipeline, pipeline_record
+from xh.store import Store
 
 
 def _index(folder, num_docs: int = 800) -> str:
@@ -42,7 +43,8 @@ def version(tmp_path):
 
 def _apply(version, *overrides: str, allow_drift: bool = False):
     cfg = load_config(None, [f"storage.root={version['root']}", *overrides])
-    return apply_pipeline(cfg, version["record"], str(version["root"] / "copies"), allow_drift=allow_drift)
+    copies = Store.from_config(cfg).at(str(version["root"] / "copies"))
+    return apply_pipeline(cfg, version["record"], copies, allow_drift=allow_drift)
 
 
 def test_the_record_holds_the_graphs_own_settings_the_knobs_the_copied_scorer_and_the_index_snapshot(version):
@@ -116,7 +118,7 @@ def test_graphs_of_the_distractor_setting_record_no_index(version):
     cfg = load_config(None, [f"storage.root={version['root']}", f"retrieve.index={version['index']}"])
     record, _ = pipeline_record(cfg, {"task": "hotpot", "setting": "distractor", "settings": {}})
     assert record["index"] is None
-    cfg, drift = apply_pipeline(cfg, record, str(version["root"] / "copies"))
+    cfg, drift = apply_pipeline(cfg, record, Store.from_config(cfg).at(str(version["root"] / "copies")))
     assert cfg.retrieve.index == version["index"] and drift == {}  # the config's, unchecked
 
 

@@ -10,71 +10,73 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.score import dated_input
 from xh.partitions import (
     INPUTS,
     PLAN,
-    partition_path,
+    partition_of,
     plan_merge,
     publish,
     recover,
     scored_inputs,
     write_inputs_record,
 )
+from xh.stages.score import dated_input
+from xh.store import Location, Store
 
 pytestmark = pytest.mark.unit
 
 
-def _run(tmp_path, output: str, run_date: str, token: str, qids: list[str], files: dict, **kw) -> dict:
+def _run(tmp_path, output: Location, run_date: str, token: str, qids: list[str], files: dict, **kw) -> dict:
     """One run's publish: its rows (qids) and its record of `files` into the date's partition of m v1."""
     staged = tmp_path / f"staged-{token}"
     staged.mkdir()
     pq.write_table(pa.table({"qid": qids}), staged / "part-0.parquet")
-    record = str(tmp_path / f"inputs-{token}.json")
-    write_inputs_record(record, files, None, mlflow_run_id=token)
-    partition = partition_path(output, run_date, "m", 1)
-    return plan_merge(str(staged), partition, str(tmp_path / f"kept-{token}"), None, token, inputs=record, **kw)
+    record = output.store.at(str(tmp_path / f"inputs-{token}.json"))
+    write_inputs_record(record, files, mlflow_run_id=token)
+    partition = partition_of(output, run_date, "m", 1)
+    kept = output.store.at(str(tmp_path / f"kept-{token}"))
+    return plan_merge(output.store.at(str(staged)), partition, kept, token, inputs=record, **kw)
 
 
 def test_the_files_a_published_run_scored_are_found_over_every_run_date_of_the_model_version(tmp_path):
-    output = str(tmp_path / "predictions")
-    assert scored_inputs(output, "m", 1, None) == {}  # no output yet
+    output = Store().at(str(tmp_path / "predictions"))
+    assert scored_inputs(output, "m", 1) == {}  # no output yet
     plan = _run(tmp_path, output, "2026-11-23", "t1", ["a"], {"in/a.jsonl": "sha256:1", "in/b.jsonl": "sha256:2"})
-    publish(plan, partition_path(output, "2026-11-23", "m", 1), None)
+    publish(plan, partition_of(output, "2026-11-23", "m", 1))
     plan = _run(tmp_path, output, "2026-11-24", "t2", ["c"], {"in/c.jsonl": "sha256:3"})
-    publish(plan, partition_path(output, "2026-11-24", "m", 1), None)
-    assert scored_inputs(output, "m", 1, None) == {
+    publish(plan, partition_of(output, "2026-11-24", "m", 1))
+    assert scored_inputs(output, "m", 1) == {
         ("in/a.jsonl", "sha256:1"): "2026-11-23",
         ("in/b.jsonl", "sha256:2"): "2026-11-23",
         ("in/c.jsonl", "sha256:3"): "2026-11-24",
     }
-    assert scored_inputs(output, "m", 2, None) == {} and scored_inputs(output, "other", 1, None) == {}
+    assert scored_inputs(output, "m", 2) == {} and scored_inputs(output, "other", 1) == {}
     # the record is no Parquet file: readers of the partition see the rows only
-    assert pq.read_table(partition_path(output, "2026-11-23", "m", 1))["qid"].to_pylist() == ["a"]
+    assert pq.read_table(partition_of(output, "2026-11-23", "m", 1).uri)["qid"].to_pylist() == ["a"]
 
     # replace: the partition's earlier records go with its rows
     plan = _run(tmp_path, output, "2026-11-23", "t3", ["b"], {"in/b.jsonl": "sha256:2"}, replace=True)
-    publish(plan, partition_path(output, "2026-11-23", "m", 1), None)
-    assert set(scored_inputs(output, "m", 1, None)) == {("in/b.jsonl", "sha256:2"), ("in/c.jsonl", "sha256:3")}
+    publish(plan, partition_of(output, "2026-11-23", "m", 1))
+    assert set(scored_inputs(output, "m", 1)) == {("in/b.jsonl", "sha256:2"), ("in/c.jsonl", "sha256:3")}
 
 
 @pytest.mark.parametrize("moved", [0, 1, 2])
 def test_the_record_is_in_the_partition_exactly_when_the_rows_are_after_a_killed_publish(tmp_path, moved):
-    output = str(tmp_path / "predictions")
-    partition = partition_path(output, "2026-11-23", "m", 1)
-    publish(_run(tmp_path, output, "2026-11-23", "t1", ["a"], {"in/a.jsonl": "sha256:1"}), partition, None)
+    output = Store().at(str(tmp_path / "predictions"))
+    partition = partition_of(output, "2026-11-23", "m", 1)
+    publish(_run(tmp_path, output, "2026-11-23", "t1", ["a"], {"in/a.jsonl": "sha256:1"}), partition)
     plan = _run(tmp_path, output, "2026-11-23", "t2", ["b"], {"in/b.jsonl": "sha256:2"})
     assert [name for _, name in plan["add"]] == ["t2-part-0.parquet", f"{INPUTS}t2.json"]
 
     # what publish does, cut off after `moved` of its moves (2: all of them, the plan not yet deleted)
-    with open(f"{partition}/{PLAN}", "w") as out:
+    with open(f"{partition.uri}/{PLAN}", "w") as out:
         json.dump({"add": [n for _, n in plan["add"]], "remove": plan["remove"]}, out)
     for source, name in plan["add"][:moved]:
-        os.rename(source, f"{partition}/{name}")
-    assert recover(partition, None) == ("finished" if moved == 2 else "undone")
+        os.rename(source, f"{partition.uri}/{name}")
+    assert recover(partition) == ("finished" if moved == 2 else "undone")
     expected = {("in/a.jsonl", "sha256:1")} | ({("in/b.jsonl", "sha256:2")} if moved == 2 else set())
-    assert set(scored_inputs(output, "m", 1, None)) == expected
-    assert sorted(pq.read_table(partition)["qid"].to_pylist()) == (["a", "b"] if moved == 2 else ["a"])
+    assert set(scored_inputs(output, "m", 1)) == expected
+    assert sorted(pq.read_table(partition.uri)["qid"].to_pylist()) == (["a", "b"] if moved == 2 else ["a"])
 
 
 def test_run_date_in_the_input_becomes_the_run_date():

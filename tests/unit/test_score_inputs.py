@@ -13,10 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
-from xh.config import load_config
+from xh.config import ConfigError, load_config
 from xh.partitions import PLAN, plan_merge, publish, recover
 from xh.questions import InputLimits, later_files, parse_question_file
-from xh.staging import fingerprint
+from xh.store import Location, Store
+from xh.tables import fingerprint
 
 # --- the resume fingerprint ------------------------------------------------------------------------
 
@@ -25,16 +26,16 @@ def test_a_file_replaced_by_one_of_the_same_size_with_its_time_set_back_gets_ano
     question_file = tmp_path / "q.jsonl"
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')
     times = os.stat(question_file)
-    before = fingerprint([str(question_file)], {"batch_graphs": 8}, None)
+    before = fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))])
 
     question_file.write_text('{"qid": "1", "question": "Who drove it?"}\n')  # the same number of bytes
     os.utime(question_file, ns=(times.st_atime_ns, times.st_mtime_ns))
     after = os.stat(question_file)
     assert (after.st_size, after.st_mtime_ns) == (times.st_size, times.st_mtime_ns)
-    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) != before
+    assert fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))]) != before
 
     question_file.write_text('{"qid": "1", "question": "Who wrote it?"}\n')  # the first content again
-    assert fingerprint([str(question_file)], {"batch_graphs": 8}, None) == before
+    assert fingerprint({"batch_graphs": 8}, [Store().at(str(question_file))]) == before
 
 
 # --- size limits -----------------------------------------------------------------------------------
@@ -92,6 +93,8 @@ def test_the_limits_are_config_settings_with_defaults_and_can_be_lifted():
     assert score.max_question_chars == 2000 and score.max_record_bytes == 1_000_000 and score.replace is False
     lifted = load_config(None, ["score.max_question_chars=null", "score.max_record_bytes=5000"]).score
     assert lifted.max_question_chars is None and lifted.max_record_bytes == 5000
+    with pytest.raises(ConfigError, match="fail_before"):  # fault injection is a test fixture, not a setting
+        load_config(None, ["score.fail_before=inference"])
 
 
 # --- ids across files ------------------------------------------------------------------------------
@@ -146,11 +149,11 @@ def _predictions(qids: list[str], answer: str) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
 
 
-def _stage(folder, qids: list[str], answer: str) -> str:
+def _stage(folder, qids: list[str], answer: str) -> Location:
     folder.mkdir(parents=True)
     table = _predictions(qids, answer)
     pq.write_table(table if qids else table.schema.empty_table(), folder / "part-0.parquet")
-    return str(folder)
+    return Store().at(str(folder))
 
 
 def _partition(folder) -> dict[str, str]:
@@ -160,11 +163,12 @@ def _partition(folder) -> dict[str, str]:
 
 
 def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_again(tmp_path):
-    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+    partition, store = tmp_path / "partition", Store()
+    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
 
     def run(n: int, qids: list[str], answer: str, replace: bool = False) -> dict:
-        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), str(partition), kept, None, f"t{n}", replace)
-        publish(plan, str(partition), None)
+        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), place, kept, f"t{n}", replace)
+        publish(plan, place)
         return plan
 
     assert run(1, ["a", "b", "c"], "first")["rows"] == 3
@@ -186,28 +190,26 @@ def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_
 
 @pytest.mark.parametrize("moved", [0, 1, 2])
 def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path, moved):
-    partition, kept = tmp_path / "partition", str(tmp_path / "kept")
+    partition, store = tmp_path / "partition", Store()
+    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
     publish(
-        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), str(partition), kept, None, "t1"),
-        str(partition),
-        None,
+        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), place, kept, "t1"),
+        place,
     )
-    publish(
-        plan_merge(_stage(tmp_path / "run2", ["c"], "second"), str(partition), kept, None, "t2"), str(partition), None
-    )
-    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), str(partition), kept, None, "t3")
+    publish(plan_merge(_stage(tmp_path / "run2", ["c"], "second"), place, kept, "t2"), place)
+    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), place, kept, "t3")
     assert len(plan["add"]) == 2 and len(plan["remove"]) == 1  # a's kept rows, and the new file
 
     # what publish does, cut off after `moved` of its moves (2: after all of them, before the deletes)
     (partition / PLAN).write_text(json.dumps({"add": [n for _, n in plan["add"]], "remove": plan["remove"]}))
     for source, name in plan["add"][:moved]:
         os.rename(source, partition / name)
-    assert recover(str(partition), None) == ("finished" if moved == 2 else "undone")
+    assert recover(place) == ("finished" if moved == 2 else "undone")
     expected = {"a": "first", "b": "third", "c": "second", "d": "third"}
     if moved < 2:
         expected = {"a": "first", "b": "first", "c": "second"}
     assert _partition(partition) == expected and not (partition / PLAN).exists()
-    assert recover(str(partition), None) is None
+    assert recover(place) is None
 
 
 def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
@@ -235,3 +237,16 @@ def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
     assert [g["question"] for g in graphs] == [first]
     assert {node["doc_id"] for node in graphs[0]["nodes"]} <= own
     assert [(q["reason"], json.loads(q["raw"])["question"]) for q in quarantined] == [("duplicate id", second)]
+
+
+# --- blocks for the actor pools --------------------------------------------------------------------
+
+
+def test_a_stage_goes_to_its_pool_in_blocks_of_at_most_the_batch_size_a_multiple_of_the_actors():
+    from xh.stages.score import block_count
+
+    assert block_count(1000, 64, 4) == 16  # 16 blocks of at most 64 rows, 4 rounds of 4 actors
+    assert block_count(1000, 250, 3) == 6  # 4 blocks would leave one actor working alone in a last round
+    assert block_count(5000, 250, 4) == 20
+    assert block_count(2, 64, 4) == 2  # never more blocks than rows
+    assert block_count(0, 64, 4) == 1  # an empty stage is one (empty) block

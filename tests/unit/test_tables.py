@@ -1,4 +1,5 @@
-"""Tables handed on whole or not at all: staged writes, the completion marker, refusing user folders."""
+"""Tables handed on whole or not at all: staged writes, the completion marker, refusing user folders; a batch
+job's resumable stages on the same marker."""
 
 import bz2
 import json
@@ -12,12 +13,16 @@ from workflows.cli import USER_ERRORS
 from xh.stages import wiki
 from xh.store import Store
 from xh.tables import (
+    BATCH_STAGE,
+    BATCH_STAGING,
     GRAPHS,
     MARKER,
     OWNER,
     WIKI_TABLES,
     ForeignFolderError,
     IncompleteTableError,
+    Stages,
+    fingerprint,
     read_marker,
     require_complete,
     staged,
@@ -253,3 +258,66 @@ def test_an_old_sibling_is_deleted_only_with_our_marker_and_restored_after_a_kil
         raise RuntimeError("killed again")
     assert (target / "part-00000.parquet").read_text() == "first:5" and read_marker(str(target))["rows"] == 5
     assert not old.exists()
+
+
+# --- a batch job's resumable stages ----------------------------------------------------------------
+
+
+def _finish(staging, name: str) -> None:
+    os.makedirs(staging / name, exist_ok=True)
+    (staging / name / MARKER).write_text(json.dumps({"kind": BATCH_STAGE, "stage": name}))
+
+
+def test_staging_of_the_same_fingerprint_is_resumed_and_staging_of_another_is_discarded(tmp_path):
+    staging = tmp_path / "staging"
+    first = Stages(Store().at(str(staging)), fingerprint="aaa")
+    assert not first.discarded
+    assert json.loads((staging / OWNER).read_text()) == {"kind": BATCH_STAGING, "fingerprint": "aaa"}
+    _finish(staging, "parse")
+    os.makedirs(staging / "graphs")  # a stage killed before its marker: written again, not resumed
+    (staging / "graphs" / "part-0.parquet").write_text("half")
+
+    same = Stages(Store().at(str(staging)), fingerprint="aaa")
+    assert not same.discarded and same.run("parse", lambda: None).uri == str(staging / "parse")
+    assert same.resumed == ["parse"]
+    with pytest.raises(AttributeError):  # `None` is no dataset: the half-written stage is run again
+        same.run("graphs", lambda: None)
+    assert same.resumed == ["parse"]
+
+    other = Stages(Store().at(str(staging)), fingerprint="bbb")
+    assert other.discarded and not (staging / "parse").exists()
+    assert json.loads((staging / OWNER).read_text())["fingerprint"] == "bbb"
+
+
+def test_a_folder_without_a_fingerprint_is_never_resumed_nor_deleted(tmp_path):
+    staging = tmp_path / "staging"
+    _finish(staging, "parse")  # files with no owner file: not staging this project wrote
+    with pytest.raises(ForeignFolderError) as error:
+        Stages(Store().at(str(staging)), fingerprint="aaa")
+    assert "\n" not in str(error.value) and OWNER in str(error.value)
+    assert isinstance(error.value, USER_ERRORS)  # one line, exit 2
+    assert (staging / "parse" / MARKER).exists()
+    # nor one whose owner file is a table's staging (another kind): not a batch job's to delete
+    (staging / OWNER).write_text(json.dumps({"kind": GRAPHS, "target": str(tmp_path / "graphs")}))
+    with pytest.raises(ForeignFolderError):
+        Stages(Store().at(str(staging)), fingerprint="aaa")
+    assert (staging / "parse" / MARKER).exists()
+    # an empty folder (a run killed before it wrote its fingerprint) is taken
+    (staging / OWNER).unlink()
+    (staging / "parse" / MARKER).unlink()
+    (staging / "parse").rmdir()
+    Stages(Store().at(str(staging)), fingerprint="aaa")
+    assert json.loads((staging / OWNER).read_text())["fingerprint"] == "aaa"
+
+
+def test_the_fingerprint_changes_with_an_input_file_and_with_the_settings(tmp_path):
+    question_file = tmp_path / "q.jsonl"
+    question_file.write_text('{"qid": "1", "question": "who?"}\n')
+    files = [Store().at(str(question_file))]
+    base = fingerprint({"batch_graphs": 8}, files)
+    assert fingerprint({"batch_graphs": 8}, files) == base
+    assert fingerprint({"batch_graphs": 4}, files) != base
+    assert fingerprint({"batch_graphs": 8}, files, {str(question_file): "sha256:x"}) != base
+    question_file.write_text('{"qid": "1", "question": "who was it?"}\n')
+    assert fingerprint({"batch_graphs": 8}, files) != base
+    assert len(base) == 16 and fingerprint({"batch_graphs": 8}) != base  # the files' content counts

@@ -1,0 +1,568 @@
+"""Batch scoring: new questions -> retrieval -> evidence graphs -> the champion model -> predictions.
+
+    store = Store.from_config(cfg)
+    job = prepare(cfg, store)    # inputs, model version, its pipeline: every one-line error before Ray starts
+    summary = run(job)           # the three stages on the Ray cluster (joined by the caller), then the publish
+
+Three Ray Data stages, each written under a staging folder before the next starts (`xh.tables.Stages`), so
+a failed run re-run for the same date, model, input files and settings resumes after the last
+finished stage (staging carries a fingerprint of them, `xh.tables.fingerprint`: the files' content,
+by SHA-256 or S3 ETag; other staging is discarded):
+
+    parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
+               bad records (and records over `score.max_record_bytes` or questions over
+               `score.max_question_chars`) -> quarantine with the reason; an id in two files of the
+               run: the file last in name order is scored, the other record quarantined
+               (`duplicate id: superseded by FILE`), before any graph is built
+    graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
+               index, entity linker, link graph, question-type classifier, and the node's copy of the
+               docs and links by id, `xh.graph.docstore`) and builds a batch's graphs
+    inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
+               when there are GPUs)
+
+`score.model` (e.g. `models:/xh-hotpot@champion`) is resolved to one version when the run starts, so
+every row of a run comes from the same model, and the graphs are built with that version's pipeline
+(`version_pipeline`: its retrieval and graph settings, models and index; the config gives resources and
+locations; a differing setting is refused unless `score.allow_drift`, and then recorded in each row).
+Predictions land in `<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that
+date and model: a run adds its rows, replacing those of the qids it scored again (`xh.partitions`);
+`score.replace=true` makes the run's predictions the whole partition. With `score.incremental=true` (the
+scheduled runs) a run scores only the input files this model version has not scored with the same
+content (URI and SHA-256 or S3 ETag, recorded in each partition with its rows;
+`xh.partitions.scored_inputs`), whatever their run date; `{run_date}` in `score.input` becomes the run
+date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-<digest of the input file
+names>/`, one folder per set of inputs. The driver never holds the data: it only lists files and moves
+finished ones.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import tempfile
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from xh import locations, schemas
+from xh.config import XHConfig
+from xh.jsonfiles import InputFileError, read_bytes
+from xh.partitions import partition_of, plan_merge, publish, recover, scored_inputs, write_inputs_record
+from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline_record import apply_pipeline
+from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
+from xh.registry import parse_model_uri, pipeline_of, resolve_model
+from xh.retrieval.index import corpus_snapshot
+from xh.retrieval.paths import PathScorer
+from xh.store import Location, Store
+from xh.tables import (
+    Stages,
+    content_digest,
+    count_rows,
+    fingerprint,
+    read_stage,
+    usable_rows,
+    with_quarantine,
+    write_quarantine,
+)
+from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
+
+log = logging.getLogger("xh.score").info
+
+QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
+PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
+GRAPHS = with_quarantine([*QUESTION, pa.field("graph", pa.string())])  # the GRAPHS row as JSON
+
+# what changes where resources change, not the predictions: not part of the staging fingerprint
+# (nor `replace`, which decides only how the predictions are published, nor `incremental`, which decides
+# which files are inputs)
+RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus", "inference_threads", "use_gpu"}
+
+
+# --- what a run reads and writes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where one run for a date and model version reads and writes (every one a Location of the run's store).
+    The places under the predictions root are the stage's own: `xh.locations` gives the root."""
+
+    index: Location
+    tables: Location
+    output: Location  # the predictions root
+    partition: Location  # <output>/run_date=D/model=NAME/version=V
+    staging: Location  # the run's stages, resumed by a re-run of the same inputs and settings
+    quarantine: Location  # <output>/quarantine/<partition>
+    corpus_cache: Location  # DocHopper's paragraph embeddings, per model version (below it: per corpus snapshot)
+
+    @classmethod
+    def of(cls, cfg: XHConfig, store: Store, model: dict, run_date: str) -> Places:
+        output = store.at(locations.predictions(cfg))
+        name, version = model["name"], model["version"]
+        return cls(
+            index=store.at(locations.index(cfg)),
+            tables=store.at(locations.tables(cfg, cfg.retrieve.tables)),
+            output=output,
+            partition=partition_of(output, run_date, name, version),
+            staging=output.join("_staging", f"{run_date}-{name}-v{version}"),
+            quarantine=partition_of(output.join("quarantine"), run_date, name, version),
+            corpus_cache=output.join("_cache", f"{name}-v{version}"),
+        )
+
+
+def pipeline_copies(cfg: XHConfig, store: Store, model: dict) -> Location:
+    """Where the models a version's pipeline record carries are copied for the graph actors to read."""
+    return store.at(locations.predictions(cfg), "_pipeline", f"{model['name']}-v{model['version']}")
+
+
+def _snapshot(cfg: XHConfig, places: Places) -> str:
+    """What the predictions were retrieved from: the BM25 index (HotpotQA); FEVER's sentence retrieval
+    indexes the docs table itself, so its snapshot is that table's size."""
+    if cfg.graphs.task == "fever":
+        docs = places.tables.join("docs")
+        return f"{docs} docs={count_rows(docs)} retrieval=fever-sentences"
+    return corpus_snapshot(places.index)
+
+
+def _settings(cfg: XHConfig, model: dict, places: Places, snapshot: str) -> dict:
+    """What a run's stages depend on besides the input files: staging of other settings is not resumed."""
+    retrieval, graph = settings_of(cfg)
+    return {
+        "score": cfg.score.model_dump(mode="json", exclude={"input", "replace", "incremental", *RESOURCES}),
+        "model": model,
+        "retrieve": retrieval.model_dump(mode="json"),
+        "graphs": graph.model_dump(mode="json"),
+        "index": places.index.uri,
+        "tables": places.tables.uri,
+        "corpus_snapshot": snapshot,
+    }
+
+
+# --- the stages' work: Ray Data batches ------------------------------------------------------------
+
+
+def parse_files(batch: dict, s3=None, limits: InputLimits | None = None) -> pa.Table:
+    """Ray Data: a batch of file URIs -> their questions (with the file and position each came from)
+    and quarantined records. The task reads the raw bytes itself: Ray's readers decompress by extension
+    and fail a whole run on a truncated .bz2."""
+    rows = []
+    for uri in map(str, batch["uri"]):
+        try:
+            questions, quarantined = parse_question_file(
+                uri, read_bytes(uri, s3), limits or InputLimits(), located=True
+            )
+        except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
+            questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
+        rows += questions + quarantined
+    return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def supersede(batch: pa.Table, winners: dict[str, str]) -> pa.Table:
+    """Ray Data: the parsed rows whose id a later file of the run also has become quarantine rows."""
+    rows = batch.to_pylist()
+    for row in rows:
+        winner = winners.get(row["qid"]) if row["reason"] is None else None
+        if winner is not None and row["source"] != winner:
+            row["reason"] = superseded_by(winner)
+            row["raw"] = json.dumps({"qid": row["qid"], "question": row["question"]})[: schemas.RAW_LIMIT]
+    return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def _ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
+    """A Ray task: the usable rows' (qid, source) blocks -> `xh.questions.later_files`."""
+    return later_files(pa.concat_tables(blocks)) if blocks else {}
+
+
+class _GraphActor:
+    """The pipeline's graph half, loaded once; questions in, graphs (or quarantine rows) out."""
+
+    def __init__(self, **load_args):
+        self.pipeline = Pipeline.load(**load_args)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        graphs, quarantined = self.pipeline.graphs(batch.select(["qid", "question", "type"]).to_pylist())
+        rows = [{"qid": g["qid"], "question": g["question"], "graph": json.dumps(g, default=str)} for g in graphs]
+        return pa.Table.from_pylist(rows + quarantined, schema=GRAPHS)
+
+
+class _InferenceActor:
+    """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out."""
+
+    def __init__(
+        self,
+        model: dict,
+        provenance: dict,
+        batch_graphs: int,
+        block: int,
+        threads: int | None,
+        mlflow_cfg,
+        s3,
+        corpus_cache: str | None = None,
+    ):
+        import torch
+
+        if threads:  # Ray gives a fractional-CPU actor one thread
+            torch.set_num_threads(threads)
+        configure(mlflow_cfg, s3)
+        # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
+        # window pads less (`xh.inference.predict_graphs`)
+        self.pipeline = Pipeline.load(
+            model=f"models:/{model['name']}/{model['version']}",
+            batch_graphs=batch_graphs,
+            sort_window=max(1, -(-block // batch_graphs)),
+        )
+        self.provenance = provenance
+        from xh.model.variants import architecture
+
+        if corpus_cache:
+            # DocHopper's paragraph embeddings of this version and corpus snapshot, shared by every actor and run
+            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache, s3)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
+        predictions = self.pipeline.predict(graphs)
+        rows = [prediction_row(q, p) | self.provenance for q, p in zip(questions, predictions)]
+        return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
+
+
+# --- the three stages as Ray Datasets --------------------------------------------------------------
+
+
+def _parse(inputs: list[str], s3, limits: InputLimits):
+    """The files' rows, each id scored once: parsed one file a task, then the ids found in several files
+    gathered by one task (ids and file names only) and their earlier files' rows quarantined."""
+    import ray
+    import ray.data
+    from ray.data.expressions import col
+
+    files = ray.data.from_items([{"uri": uri} for uri in inputs], override_num_blocks=len(inputs))
+    parsed = files.map_batches(
+        parse_files, fn_kwargs={"s3": s3, "limits": limits}, batch_size=1, batch_format="numpy", num_cpus=0.25
+    ).materialize()
+    if len(inputs) < 2:
+        return parsed
+    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=0.25).select_columns(["qid", "source"])
+    winners = ray.get(ray.remote(num_cpus=0.25)(_ids_in_several_files).remote(*ids.to_arrow_refs()))
+    if not winners:
+        return parsed
+    return parsed.map_batches(
+        supersede, fn_kwargs={"winners": winners}, batch_size=None, batch_format="pyarrow", num_cpus=0.25
+    )
+
+
+def block_count(rows: int, batch_size: int, actors: int) -> int:
+    """How many blocks a stage's `rows` go to its pool in: at most `batch_size` rows each, and a multiple of
+    the pool's `actors`, so that the actors finish together. Blocks of a fixed size leave a last round in
+    which one actor works and the others wait (what it cost: docs/results.md, batch scoring)."""
+    blocks = -(-max(1, -(-rows // batch_size)) // actors) * actors
+    return max(1, min(rows, blocks))
+
+
+def _in_batches(rows, batch_size: int, actors: int):
+    """The stage's rows in equal blocks (`block_count`), one block per actor call
+    (`map_batches(batch_size=None)`). Materialized before the pool starts: the repartition task wants a
+    whole CPU, and actors that hold the rest would starve it (a run that never starts, not a slow one)."""
+    return rows.repartition(block_count(rows.count(), batch_size, actors)).materialize()  # count: Parquet footers
+
+
+def _graphs(parsed: Location, cfg: XHConfig, places: Places):
+    from ray.data import ActorPoolStrategy
+
+    sc, (retrieval, graph) = cfg.score, settings_of(cfg)
+    return _in_batches(read_stage(parsed), sc.batch_size, sc.workers).map_batches(
+        _GraphActor,
+        batch_size=None,  # a whole block a call
+        batch_format="pyarrow",
+        compute=ActorPoolStrategy(size=sc.workers),
+        num_cpus=sc.cpus_per_worker,
+        fn_constructor_kwargs={
+            "index": places.index.uri,
+            "tables": places.tables.uri,
+            "retrieval": retrieval,
+            "graph": graph,
+            "classifier": sc.question_classifier,
+            "s3": places.index.s3,
+        },
+    )
+
+
+def model_pool(sc, use_gpu: bool) -> dict:
+    """How the model actors run: a pool of `score.inference_workers`, one GPU each where there are GPUs.
+    On CPUs a call takes a whole block (`_in_batches`); Ray refuses GPU actors without a batch size, so
+    there a call takes `score.batch_size` rows, which is what a block holds at most."""
+    from ray.data import ActorPoolStrategy
+
+    return {
+        "batch_size": sc.batch_size if use_gpu else None,
+        "batch_format": "pyarrow",
+        "compute": ActorPoolStrategy(size=sc.inference_workers),
+        "num_cpus": sc.inference_cpus,
+        "num_gpus": 1 if use_gpu else 0,
+    }
+
+
+def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
+    sc, model = job.cfg.score, job.model
+    provenance = {
+        "model_name": model["name"],
+        "model_version": model["version"],
+        "run_id": model["run_id"],
+        "corpus_snapshot": job.snapshot,
+        "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
+        "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else None,
+    }
+    cache = job.places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16])
+    return _in_batches(read_stage(graphs), sc.batch_size, sc.inference_workers).map_batches(
+        _InferenceActor,
+        **model_pool(sc, use_gpu),
+        fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, job.cfg.mlflow),
+        fn_constructor_kwargs={"s3": graphs.s3, "corpus_cache": cache.uri},
+    )
+
+
+def _no_rows(schema: pa.Schema):
+    """A stage with nothing to do (no usable row came in): no actor pool loads an index or a model for it."""
+    import ray.data
+
+    return ray.data.from_arrow(schema.empty_table())
+
+
+def _write_quarantine(stages: list[Location], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
+    """The run's quarantined rows under `root`, in a folder of their own per set of input files: a
+    re-run of the same files replaces its rows, other inputs' rows stay (all go with `replace`)."""
+    if replace and root.exists():
+        fs, path = root.fs_path()
+        fs.delete_dir(path)
+    digest = hashlib.sha256(json.dumps(sorted(inputs)).encode()).hexdigest()[:16]
+    return write_quarantine(stages, root.join(f"inputs-{digest}"))
+
+
+# --- before Ray: what the run scores, with which model version -------------------------------------
+
+
+def dated_input(pattern: str, run_date: str) -> str:
+    """`score.input` for one run: `{run_date}` in it becomes the run date (YYYY-MM-DD)."""
+    return pattern.replace("{run_date}", run_date)
+
+
+def _unreadable(parsed: Location) -> set[str]:
+    """The input files the parse stage could not read at all (gone since listed): not recorded as scored."""
+    import pyarrow.dataset as pads
+
+    fs, path = parsed.fs_path()
+    rows = pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True).to_table(
+        columns=["source"], filter=pads.field("reason") == "unreadable file"
+    )
+    return set(rows["source"].to_pylist())
+
+
+def _new_inputs(inputs: list[str], sc, places: Places, model: dict) -> tuple[dict[str, str], list[str]]:
+    """({URI: content digest} of the files to score, the files skipped): with `score.incremental` (and
+    not `score.replace`), a file this model version has scored with the same content is skipped."""
+    store = places.output.store
+    digests = {uri: content_digest(store.at(uri)) for uri in inputs}
+    if not sc.incremental or sc.replace:
+        return digests, []
+    scored = scored_inputs(places.output, model["name"], model["version"])
+    skipped = [uri for uri, digest in digests.items() if (uri, digest) in scored]
+    return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped
+
+
+def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig, dict | None]:
+    """The config with the version's pipeline (`xh.pipeline_record.apply_pipeline`: its retrieval and graph settings,
+    trained models and index; a differing setting is refused unless `score.allow_drift`) and the drift opted
+    into ({} for none). A version registered without a pipeline record: the config as it is, drift None.
+    The models copied into the version go to `pipeline_copies` (`<output>/_pipeline/NAME-vV/`), where every
+    graph actor reads them."""
+    name, version = model["name"], model["version"]
+    copies = pipeline_copies(cfg, store, model)
+    with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
+        found = pipeline_of(name, version, dst)
+        if found is None:
+            log(
+                f"warning: {name} v{version} has no pipeline record (registered before versions kept one): "
+                "scored with this config's retrieval and graph settings"
+            )
+            return cfg, None
+        record, local = found
+        copies.upload(local)
+    cfg, drift = apply_pipeline(cfg, record, copies, allow_drift=cfg.score.allow_drift)
+    for setting, values in drift.items():
+        log(f"warning: {setting}={values['used']!r}, not the version's {values['version']!r} (score.allow_drift)")
+    return cfg, drift
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """A run prepared before Ray starts: its config (with the version's pipeline), the model version, the files
+    to score ({URI: content digest}) and where everything goes."""
+
+    cfg: XHConfig
+    store: Store
+    model: dict
+    run_date: str
+    drift: dict | None
+    places: Places
+    snapshot: str
+    digests: dict[str, str]
+    skipped: list[str]
+
+
+def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
+    """Everything a run decides before Ray starts, so that a bad input, path scorer or model URI is one line
+    and exit 2 with no cluster started: the input files, the model version and its pipeline, the places."""
+    cfg, s3 = absolute_tracking(cfg), store.s3
+    sc = cfg.score
+    parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
+    if not sc.input:
+        raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
+    run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
+    inputs = question_files(dated_input(sc.input, run_date), s3)
+    # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
+    if cfg.retrieve.path_scorer:
+        PathScorer.load(store.at(cfg.retrieve.path_scorer))
+    configure(cfg.mlflow, s3)
+    model = resolve_model(sc.model)
+    given = cfg.retrieve.path_scorer
+    cfg, drift = version_pipeline(cfg, model, store)
+    if cfg.retrieve.path_scorer and cfg.retrieve.path_scorer != given:
+        PathScorer.load(store.at(cfg.retrieve.path_scorer))  # the version's own copy
+    places = Places.of(cfg, store, model, run_date)
+    snapshot = _snapshot(cfg, places)
+    digests, skipped = _new_inputs(inputs, sc, places, model)
+    log(
+        f"model {model['name']} v{model['version']}, {len(digests)} input file(s)"
+        + (f" ({len(skipped)} scored already, skipped)" if skipped else "")
+        + f", run date {run_date}"
+    )
+    return ScoreJob(cfg, store, model, run_date, drift, places, snapshot, digests, skipped)
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+def _score(job: ScoreJob, run_id: str) -> dict:
+    """The stages over the job's files and the publish of their rows (and record) into the partition."""
+    import ray
+
+    cfg, places, s3 = job.cfg, job.places, job.store.s3
+    sc, inputs = cfg.score, list(job.digests)
+    use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
+    files = [job.store.at(uri) for uri in inputs]
+    digest = fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
+    stages = Stages(places.staging, fingerprint=digest)
+    if stages.discarded:
+        log("staging of a run with other inputs or settings discarded")
+    limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
+    parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
+    graphs = stages.run(
+        "graphs", lambda: _graphs(parsed, cfg, places) if usable_rows(parsed) else _no_rows(GRAPHS), schema=GRAPHS
+    )
+    # never resumed: a run that failed while moving its predictions left that stage incomplete
+    predictions = stages.run(
+        "inference",
+        lambda: _predictions(graphs, job, use_gpu) if usable_rows(graphs) else _no_rows(schemas.PREDICTIONS),
+        resume=False,
+        schema=schemas.PREDICTIONS,
+    )
+    _recover(places.partition)
+    quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
+    unreadable = _unreadable(parsed)
+    record = places.staging.join("inputs.json")
+    scored = {u: d for u, d in job.digests.items() if u not in unreadable}
+    write_inputs_record(record, scored, mlflow_run_id=run_id, model=job.model)
+    kept = places.staging.join("kept")
+    plan = ray.get(
+        ray.remote(num_cpus=0.25)(plan_merge).remote(predictions, places.partition, kept, run_id, sc.replace, record)
+    )
+    published = publish(plan, places.partition)
+    stages.clear()
+    return {
+        "predictions": plan["rows"],  # this run's
+        "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
+        "quarantined": quarantine,
+        "prediction_files": published,
+        "resumed_stages": stages.resumed,
+        "staging_discarded": stages.discarded,
+        "seconds": {k: round(v, 3) for k, v in stages.seconds.items()},
+        "use_gpu": use_gpu,
+    }
+
+
+def _recover(partition: Location) -> None:
+    recovered = recover(partition)  # a publish a killed run left half done
+    if recovered:
+        log(f"the interrupted publish of an earlier run into the partition was {recovered}")
+
+
+def _nothing_new(job: ScoreJob) -> dict:
+    """What a run whose every input file was scored already reports: no stage ran, nothing was published."""
+    _recover(job.places.partition)  # still: a half-done publish is not left for later
+    return {
+        "predictions": 0,
+        "replaced_rows": 0,
+        "quarantined": {},
+        "prediction_files": 0,
+        "resumed_stages": [],
+        "staging_discarded": False,
+        "seconds": {},
+        "use_gpu": None,
+    }
+
+
+def _partition_rows(partition: Location) -> int:
+    return count_rows(partition) if partition.exists() else 0
+
+
+def run(job: ScoreJob) -> dict:
+    """The run `prepare` planned, as one MLflow run; Ray is joined by the caller when there are files to score."""
+    import mlflow
+
+    model, run_date, places = job.model, job.run_date, job.places
+    with stage_run(job.cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
+        if job.digests:
+            done = _score(job, mlflow_run.info.run_id)
+        else:
+            log("every input file was scored already by this model version: nothing to score")
+            done = _nothing_new(job)
+        summary = {
+            "model": model,
+            "run_date": run_date,
+            **done,
+            "scored_files": len(job.digests),
+            "skipped_files": len(job.skipped),  # scored already by this model version (score.incremental)
+            "partition_rows": _partition_rows(places.partition),  # every input's scored for the date and model
+            "output": places.partition.uri,
+            "corpus_snapshot": job.snapshot,
+            "pipeline": "config" if job.drift is None else "version",  # config: a version without a pipeline record
+            "pipeline_drift": job.drift or {},
+        }
+        summary["records"] = summary["predictions"] + sum(summary["quarantined"].values())
+        total = sum(summary["seconds"].values())
+        summary["questions_per_s"] = round(summary["predictions"] / total, 3) if total else None
+        mlflow.log_metrics(
+            {
+                "predictions": summary["predictions"],
+                "partition_rows": summary["partition_rows"],
+                "quarantined": sum(summary["quarantined"].values()),
+                "skipped_files": len(job.skipped),
+                **{f"seconds_{k}": v for k, v in summary["seconds"].items()},
+            }
+        )
+        mlflow.set_tags(
+            {
+                "model_name": model["name"],
+                "model_version": model["version"],
+                "run_date": run_date,
+                "pipeline": summary["pipeline"],
+                # the settings the user opted to change from the version's (score.allow_drift)
+                "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else "none",
+            }
+        )
+        mlflow.log_dict(summary, "score_summary.json")
+        # the inputs and the partition, as MLflow datasets
+        log_scoring_lineage(job.digests, places.partition, summary["partition_rows"])
+        summary["mlflow_run_id"] = mlflow_run.info.run_id
+    return summary
