@@ -37,11 +37,6 @@ def verbose() -> bool:
     return logging.getLogger("xh").isEnabledFor(logging.DEBUG)
 
 
-def s3_settings(cfg: XHConfig):
-    """Kept only for the drivers not yet on `Store` (delete once `grep s3_settings workflows` finds only this)."""
-    return Store.from_config(cfg).s3
-
-
 def init_ray(cfg: XHConfig) -> None:
     """Join the configured cluster, or start a local one in-process; a driver already connected is kept."""
     import ray

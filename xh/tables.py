@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -63,7 +64,9 @@ import pyarrow.fs as pafs
 from xh import schemas
 from xh.config import ConfigError
 from xh.storage import S3Settings, is_s3, join, list_paths, open_input, open_output, resolve
-from xh.store import Location
+
+if TYPE_CHECKING:  # Locations are what this protocol works on; xh.store builds on this module
+    from xh.store import Location
 
 MARKER = "_complete.json"
 OWNER = "_staging.json"  # the first file of a staging folder: which kind and target it is being built for
@@ -460,7 +463,7 @@ class Stages:
         next stage (and the partition) reads an empty table rather than a folder with no files."""
         folder = self.staging.join(name)
         start = time.perf_counter()
-        if resume and (folder.marker() or {}).get("kind") == BATCH_STAGE:
+        if resume and (read_marker(folder.uri, folder.s3) or {}).get("kind") == BATCH_STAGE:
             self.resumed.append(name)
         else:
             write_stage(dataset(), folder, schema, stage=name)
