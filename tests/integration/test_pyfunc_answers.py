@@ -272,7 +272,7 @@ def test_mlflow_models_serve_answers_a_json_question_over_http(
 @pytest.fixture(scope="module")
 def fever_version(fever_docs, s3_endpoint, mlflow_server, tiny_backbone, tmp_path_factory) -> dict:
     """A FEVER version registered on graphs of a small hand-made corpus, whose docs table is on S3."""
-    from tests.unit.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
+    from tests.unit.graph.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
     from xh.graph.store import write_shard
     from xh.storage import open_output

@@ -33,7 +33,7 @@ PAYLOAD = "\nimport pathlib as _p, os as _o\n_p.Path(_o.environ['XH_TAMPER_MARKE
 @pytest.fixture(scope="module")
 def graphs_folder(tmp_path_factory) -> str:
     """Three HotpotQA distractor graphs, built in this process (no Ray), as a graphs folder."""
-    from tests.unit.test_hotpot_paper import distractor_rows
+    from tests.unit.graph.test_hotpot_paper import distractor_rows
     from xh.graph.store import write_shard
     from xh.store import Store
 

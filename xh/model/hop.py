@@ -34,7 +34,7 @@ out as one block of a [G, B, H] tensor (B = nodes of the largest graph in the ba
 are zeros), and attention is two batched matmuls around a softmax masked by the adjacency [G, B, B],
 however many edges, where the per-edge form gathered, scattered and took a maximum per destination:
 three hop layers of a 4-graph batch dispatch 150 operators in forward and backward under bf16
-autocast, against 279 per edge (`tests/unit/test_hop_dense.py` keeps that form as the reference the
+autocast, against 279 per edge (`tests/unit/model/test_hop_dense.py` keeps that form as the reference the
 dense one must equal). The hop step runs outside autocast, in float32. No attention crosses graphs
 (a graph's block sees only itself; edges must not cross graphs, which `collate` guarantees); without
 `graph_offsets` all nodes form one block, which is exact too, only larger. The weights are also

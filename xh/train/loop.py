@@ -243,7 +243,7 @@ def train_loop_per_worker(config: dict) -> None:
             parameter_groups(model, train), plan.total_steps, train.warmup_fraction
         )
     # Every parameter gets a gradient in every step (each architecture's loss touches all its outputs,
-    # `tests/unit/test_train_ddp.py`), so DDP need not walk the autograd graph again for unused ones.
+    # `tests/unit/train/test_train_ddp.py`), so DDP need not walk the autograd graph again for unused ones.
     ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": False})
 
     nodes = _worker_nodes(context.get_world_size())

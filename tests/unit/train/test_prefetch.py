@@ -100,7 +100,7 @@ def test_the_graph_encoder_gives_encode_graphs_output_chunk_by_chunk(minilm_path
 
 @pytest.mark.gpu
 def test_batches_come_pinned_and_copy_to_the_gpu_asynchronously():
-    from tests.unit.test_packing import graphs
+    from tests.unit.model.test_packing import graphs
     from xh.model.packing import pack
 
     with Prefetcher((pack(graphs(seed), row_tokens=128) for seed in range(3)), pin_memory=True) as batches:

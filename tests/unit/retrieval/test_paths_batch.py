@@ -109,7 +109,7 @@ class _ScalarRetriever(Retriever):
 
 
 def _bench_rerank():
-    path = Path(__file__).resolve().parents[2] / "bench" / "rerank.py"
+    path = Path(__file__).resolve().parents[3] / "bench" / "rerank.py"
     spec = importlib.util.spec_from_file_location("bench_rerank", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

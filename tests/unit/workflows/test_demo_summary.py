@@ -107,7 +107,7 @@ def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_
         seen.append(cfg.demo)
         return _summary("sqlite:///m.db")
 
-    config = str(Path(__file__).resolve().parents[2] / "configs" / "demo.yaml")
+    config = str(Path(__file__).resolve().parents[3] / "configs" / "demo.yaml")
     main("demo", run, ["--config", config, "--no-train-path-scorer", "--train-reranker"])
     assert [(d.train_reranker, d.train_path_scorer, d.train_sentence_reranker) for d in seen] == [(True, False, False)]
     out, err = capsys.readouterr()
@@ -123,7 +123,7 @@ def test_the_fever_leg_builds_with_the_sentence_reranker_it_trained_and_scores_w
     from xh.config import load_config
     from xh.stages import demo
 
-    config = Path(__file__).resolve().parents[2] / "configs" / "demo-fever.yaml"
+    config = Path(__file__).resolve().parents[3] / "configs" / "demo-fever.yaml"
     claims = {"all": "w/fever/claims.jsonl", "incoming": "runs/incoming-claims", "train": {"path": "t.jsonl"}}
     trained = {"rerank": {"output": "runs/models/sentence-reranker"}, "claims": claims}
     cfg = load_config(config)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.unit.test_variants import RECORDS, graph_rows
+from tests.unit.model.test_variants import RECORDS, graph_rows
 from xh.config import ModelConfig
 from xh.model.variants import new_model, training_batch
 

@@ -21,7 +21,7 @@ from xh.stages import wiki
 from xh.storage import StorageSettingsError
 from xh.store import Store
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # what would give the stages an S3 endpoint, AWS or a tracking store other than the one a case sets
 _ENV_DROPPED = ("AWS_", "XH_S3_", "MLFLOW_", "RAY_ADDRESS")
 

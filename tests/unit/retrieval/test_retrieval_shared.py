@@ -127,7 +127,7 @@ def test_the_layout_is_built_once_per_node_and_rebuilt_for_another_index(world, 
             capture_output=True,
             text=True,
             check=True,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
         )
         here = shared.map_layout(first)
         assert json.loads(out.stdout) == [r.doc_ids for r in search_shards(here.shards, texts, k=5)]

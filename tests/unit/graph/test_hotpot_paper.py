@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tests.unit.test_model import EIFFEL, GUSTAVE, STATUE, make_graph, make_model
+from tests.unit.model.test_model import EIFFEL, GUSTAVE, STATUE, make_graph, make_model
 from xh import schemas
 from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.eval.hotpot import evaluate_hotpot

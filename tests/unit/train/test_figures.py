@@ -13,7 +13,7 @@ from matplotlib.patches import StepPatch
 
 from xh.train.figures import attention_record, plot_hop_attention
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def weights() -> dict[int, dict[str, np.ndarray]]:
