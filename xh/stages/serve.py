@@ -36,7 +36,7 @@ def check(cfg: XHConfig, store: Store) -> dict:
     with tempfile.TemporaryDirectory(prefix="xh-serve-check-") as folder:
         used = version_config(cfg, store, model, folder)  # a drift: one line here, not a failed replica later
     if used.graphs.task != "fever":
-        read_manifest(locations.index(used), store.s3)
+        read_manifest(store.at(locations.index(used)))
     return model
 
 
