@@ -161,3 +161,19 @@ def test_the_cycle_finder_finds_a_cycle_and_a_backwards_arrow():
     assert "xh.tables" in import_graph()["xh.store"] and "xh.store" not in import_graph()["xh.tables"]
     upward = {"xh.graph.hotpot": {"xh.model.gesa", "xh.schemas"}, "xh.model.gesa": {"xh.graph.typed"}}
     assert upward_imports(upward) == {"xh.graph.hotpot": ["xh.model.gesa"]}
+
+
+# A driver is wiring: config -> Store -> checks -> Ray -> the stage's library call -> summary. The CLI
+# module (the typer app) and common.py (joining Ray) are not drivers.
+DRIVER_LINES = 80
+
+
+def test_every_driver_is_wiring_and_leaves_storage_settings_to_the_store():
+    drivers = [
+        p for p in sorted((ROOT / "workflows").glob("*.py")) if p.name not in ("__init__.py", "cli.py", "common.py")
+    ]
+    assert len(drivers) >= 12
+    long = {p.name: n for p in drivers if (n := len(p.read_text().splitlines())) > DRIVER_LINES}
+    assert long == {}, f"drivers over {DRIVER_LINES} lines: move their logic into xh/stages/"
+    assert [p.name for p in (ROOT / "workflows").glob("*.py") if "s3_settings" in p.read_text()] == []
+    assert not (ROOT / "xh" / "staging.py").exists()  # one commit protocol: xh/tables.py
