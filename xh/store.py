@@ -139,3 +139,9 @@ class Location:
     def staged(self, *, kind: str, stage: str | None = None, inputs: object = None):
         """Build a table here in a staging sibling, published whole (see `xh.tables.staged`)."""
         return tables.staged(self.uri, self.s3, kind=kind, stage=stage, inputs=inputs)
+
+
+def located(where: Location | str | Path) -> Location:
+    """`where` as a Location: one given stays as it is; a plain path or URI becomes one of the default
+    store (a local path, or s3:// with the environment's S3 settings), as in a test or a notebook."""
+    return where if isinstance(where, Location) else Store().at(str(where))

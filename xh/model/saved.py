@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from xh.store import Location, Store
+from xh.store import Location, located
 
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
@@ -99,11 +99,6 @@ class SavedModel:
         return {name[len(prefix) :]: t for name, t in self.weights.items() if name.startswith(prefix)}
 
 
-def _location(folder: str | Path | Location) -> Location:
-    # a plain path or URI reaches S3 with the environment's settings
-    return folder if isinstance(folder, Location) else Store().at(str(folder))
-
-
 def save_encoder_model(
     folder: str | Path | Location,
     config_file: str,
@@ -114,7 +109,7 @@ def save_encoder_model(
     tokenizer=None,
 ) -> None:
     """Write a saved folder (local or s3://): `config` as JSON, `weights`, the backbone's config, the tokenizer."""
-    where = _location(folder)
+    where = located(folder)
     if where.is_s3:
         with tempfile.TemporaryDirectory() as tmp:
             save_encoder_model(tmp, config_file, config, weights, backbone=backbone, tokenizer=tokenizer)
@@ -136,7 +131,7 @@ def load_encoder_model(
     folder: str | Path | Location, config_file: str, format: str, version: int, *, what: str
 ) -> SavedModel:
     """Read a saved folder (local or s3://), refusing one without `config_file` or of another format or version."""
-    where = _location(folder)
+    where = located(folder)
     if not where.is_s3:
         return _load_local(Path(where.uri), where.uri, config_file, format, version, what)
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,20 +14,5 @@ Import the modules you need (`from xh.retrieval.bm25 import BM25Shard`); importi
 loads nothing else.
 
 Everything read or written is a `xh.store.Location` (a URI and the store that reaches it); a plain URI
-given instead is one of the environment's store (`located`), as a local path in a test or a notebook is.
+given instead is one of the environment's store (`xh.store.located`), as a local path in a test or a notebook is.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from xh.store import Location
-
-
-def located(where: Location | str) -> Location:
-    """`where` as a Location: one given stays as it is; a URI (a local path, or s3:// with the S3 settings of
-    the environment) becomes one of the default store."""
-    from xh.store import Location, Store
-
-    return where if isinstance(where, Location) else Store().at(where)

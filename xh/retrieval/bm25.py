@@ -81,8 +81,8 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from xh import storage
-from xh.retrieval import located
 from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, AnalyzerMismatchError
+from xh.store import located
 
 __all__ = [
     "BM25Params",

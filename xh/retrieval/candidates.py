@@ -48,7 +48,6 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, RetrieveConfig
-from xh.retrieval import located
 from xh.retrieval.bm25 import BM25Shard, search_shards
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
@@ -61,7 +60,7 @@ from xh.retrieval.paths import (
     path_candidates_batch,
 )
 from xh.retrieval.shared import node_state, string_keys
-from xh.store import Location
+from xh.store import Location, located
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
 PATH_LINK_POOL = 200

@@ -53,9 +53,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.retrieval import located
 from xh.retrieval.arrays import sorted_codes
-from xh.store import Location
+from xh.store import Location, located
 
 __all__ = ["LinkGraph", "Neighbour", "ExpandedDoc", "Expansion", "QuestionScorer"]
 

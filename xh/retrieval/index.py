@@ -34,10 +34,9 @@ import posixpath
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from xh.retrieval import located
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats
-from xh.store import Location, Store
+from xh.store import Location, Store, located
 from xh.tables import BM25_INDEX
 
 INDEX_MANIFEST = "manifest.json"

@@ -46,8 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xh.jsonfiles import InputFileError
-from xh.retrieval import located
-from xh.store import Location
+from xh.store import Location, located
 
 __all__ = [
     "FEATURES",

@@ -40,13 +40,12 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from xh.retrieval import located
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Params, BM25Shard
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index, read_manifest
-from xh.store import Location
+from xh.store import Location, located
 
 CACHE_ENV = "XH_NODE_CACHE"
 LAYOUT = "xh-retrieval-node-layout/1"
