@@ -7,9 +7,9 @@ It runs, in one process and one local Ray cluster: `synth` (a generated world, s
 `wiki`, `retrieve` (BM25 index, path scorer trained on the world's training questions, retrieval), `graphs`,
 then `train` on Ray Train (V2; `train.use_gpu=true`, NCCL and bf16 autocast on CUDA) once per
 configuration below, each with a randomly initialised backbone of the named size (speed depends on the
-size, not the weights), then `promote` of the first configuration's model to `@champion` and `score` of
-the held-out questions with model actors on the GPU, against the same registered model in a plain loop
-(`xh.pipeline.Pipeline`) on the same device.
+size, not the weights). The first configuration's model is registered, promoted to `@champion` and
+used to `score` the held-out questions with model actors on the GPU, against the same registered model in
+a plain loop (`xh.pipeline.Pipeline`) on the same device, before the other configurations train.
 
 Training configurations (name: backbone, batching, hop layers):
 
@@ -209,8 +209,8 @@ def train_figures(name: str, summary: dict, seconds: float) -> dict:
     }
 
 
-def train_runs(cfg, runs: list[str], backbones: dict[str, str], records: list[dict]) -> dict:
-    """Each configuration through `workflows.train.run` (Ray Train); the first is registered."""
+def train_runs(cfg, runs: list[str], backbones: dict[str, str], records: list[dict], register: bool) -> dict:
+    """Each configuration through `workflows.train.run` (Ray Train); with `register`, the first is registered."""
     from workflows import train
 
     outcomes = {}
@@ -222,8 +222,8 @@ def train_runs(cfg, runs: list[str], backbones: dict[str, str], records: list[di
                 update={
                     "batching": batching,
                     "run_name": name.replace("/", "-"),
-                    "register_as": REGISTERED if i == 0 else None,
-                    "attention_figures": i == 0,
+                    "register_as": REGISTERED if register and i == 0 else None,
+                    "attention_figures": register and i == 0,
                 }
             ),
         }
@@ -370,10 +370,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     init_ray(cfg)
     try:
         cfg = build_world(cfg, records)
-        train_runs(cfg, args.runs, backbones, records)
+        # the registered run is promoted and scored before the others train, so that a call cut short
+        # by its time limit still ends with predictions of a GPU-trained model
+        train_runs(cfg, args.runs[:1], backbones, records, register=True)
+        promote_and_score(cfg, args.device, records)
+        train_runs(cfg, args.runs[1:], backbones, records, register=False)
         for row in ratios(records):
             emit(row, records)
-        promote_and_score(cfg, args.device, records)
     finally:
         if not joined:
             ray.shutdown()
