@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch-graphs", type=int, default=16, help="graphs a chunk of the data shard")
     parser.add_argument("--step-python-ms", type=float, default=10.0, help="GIL held by the step, a batch")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the offline MiniLM's)")
     args = parser.parse_args(argv)
     if not args.hotpot.exists():
         parser.error(f"{args.hotpot} does not exist (../shared/data's HotpotQA sample, or --hotpot FILE)")
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from xh.backbones import resolve_backbone
     from xh.model.saved import load_tokenizer
 
-    tokenizer = load_tokenizer(resolve_backbone(None))
+    tokenizer = load_tokenizer(args.tokenizer or resolve_backbone(None))
     table = pa.Table.from_pylist(graph_rows(args.hotpot, args.graphs))
     machine = {"cpus": os.cpu_count(), "load_average": os.getloadavg()[0], "python": platform.python_version()}
     records = []
