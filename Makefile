@@ -4,6 +4,10 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): the suite waits on Ray, MLflow and S3 processes much of the time, so two
+# keep two cores busier; whole files go to one process, which keeps module fixtures built once.
+# TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 # Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
 # `make lock` refreshes it, `make install` installs exactly it.
 LOCK := requirements.lock
@@ -67,7 +71,7 @@ demo: install
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: install lint
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The house style: ruff's formatter and linter, configured in pyproject.toml; CI runs `make lint`.
