@@ -113,7 +113,7 @@ def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs: Location)
 
     folder = Path(staging) / "model"
     shutil.copytree(model_dir, folder)
-    record, copies = pipeline_record(cfg, read_summary(graphs.uri, graphs.s3))
+    record, copies = pipeline_record(cfg, read_summary(graphs))
     target = folder / PIPELINE_DIR
     target.mkdir()
     for name, uri in copies.items():

@@ -314,7 +314,7 @@ def promote_fever(cfg: XHConfig, store: Store, dev_graphs: str) -> dict:
     from xh.registry import promote
 
     p = cfg.promote
-    rows = read_eval_set(dev_graphs, store.s3)
+    rows = read_eval_set(store.at(dev_graphs))
     return promote(cfg.train.register_as, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task="fever")
 
 

@@ -42,7 +42,7 @@ def prepare(cfg: XHConfig, store: Store) -> Plan:
 
     p = cfg.promote
     if p.eval_set:
-        require_graphs(p.eval_set, store.s3, "evaluation set")
+        require_graphs(store.at(p.eval_set), "evaluation set")
     configure(cfg.mlflow, store.s3)
     challenger = registry.alias_version(p.model, "challenger")
     if challenger is None:

@@ -76,7 +76,7 @@ def index(cfg: XHConfig, store: Store) -> dict:
     inputs = {"tables": tables.uri, "tables_marker": marker, "shards": r.shards, "titles": r.index_titles}
     with staged_index(target, inputs=inputs) as stage:  # refuses a folder it may not replace
         log.info(f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {target}")
-        stats, shards = _build_index(ranges, store.at(stage.uri), tables, r.index_titles)
+        stats, shards = _build_index(ranges, stage.location, tables, r.index_titles)
         stage.rows = stats.num_docs
     return {
         "index": target.uri,
@@ -168,8 +168,8 @@ def run(cfg: XHConfig, store: Store) -> dict:
     that fails at any point leaves the previous run's folder (and its `_complete.json`) as it was."""
     check_inputs(cfg, store)
     with _staged_output(cfg, store) as stage:
-        questions = write_questions(cfg, store, store.at(stage.uri))
-        summary = {"questions": questions, **candidates(cfg, store, store.at(stage.uri))}
+        questions = write_questions(cfg, store, stage.location)
+        summary = {"questions": questions, **candidates(cfg, store, stage.location)}
         stage.rows = questions["questions"]
     return summary
 
@@ -183,7 +183,7 @@ def write_questions(cfg: XHConfig, store: Store, output: Location | None = None)
         raise FileNotFoundError(NO_QUESTIONS)
     if output is None:
         with _staged_output(cfg, store) as stage:
-            counts = write_questions(cfg, store, store.at(stage.uri))
+            counts = write_questions(cfg, store, stage.location)
             stage.rows = counts["questions"]
         return counts
     rows, quarantined = read_hotpot_questions(cfg.retrieve.questions, store.s3)
