@@ -188,7 +188,7 @@ def record_split(job: Job, run_id: str) -> None:
     from xh.tracking import configure
     from xh.train.split import SPLIT_ARTIFACT
 
-    configure(job.cfg.mlflow, job.store.s3)
+    configure(job.cfg.mlflow, job.store)
     mlflow.MlflowClient().log_dict(run_id, job.split(), SPLIT_ARTIFACT)
 
 
