@@ -48,7 +48,6 @@ columns (`with_quarantine`), `reason` not null; the next stage reads only the ot
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -227,7 +226,7 @@ def _legacy_kind(folder: Location) -> str | None:
 
 def _at(folder: Location, uri: str) -> Location:
     """Another place of `folder`'s store."""
-    return dataclasses.replace(folder, uri=uri)
+    return folder.store.at(uri)
 
 
 def _sibling(folder: Location, suffix: str) -> Location:
@@ -297,7 +296,7 @@ def _clear_sibling(folder: Location, target: Location, kind: str) -> None:
 
 @contextmanager
 def staged(folder: Location, *, kind: str, stage: str | None = None, inputs: object = None) -> Iterator[Stage]:
-    """Build a table of `kind` in a staging sibling of `uri`; on success mark it complete and swap it into place.
+    """Build a table of `kind` in a staging sibling of `folder`; on success mark it complete and swap it into place.
 
     Refuses up front (before any work) to replace a folder the project did not write, a table of
     another kind, or a sibling it cannot prove its own. On any exception the staging folder is removed
