@@ -39,14 +39,15 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
     from xh.store import Store
-    from xh.tables import staged
+    from xh.tables import GRAPHS
 
     items, _ = read_distractor_questions(hotpot_file)
     rows = [o.graph for o in distractor_graphs(items[:questions], GraphsConfig()) if o.graph is not None]
     train, dev = str(folder / "train"), str(folder / "dev")
     for uri, part in ((train, rows), (dev, rows[:4])):
-        with staged(uri) as stage:  # marked complete, as `xh graphs build` leaves it: the trainer reads only those
-            store.write_shard(part, Store().at(stage.uri), 0)
+        # marked complete, as `xh graphs build` leaves it: the trainer reads only those
+        with Store().at(uri).staged(kind=GRAPHS) as stage:
+            store.write_shard(part, stage.location, 0)
             stage.rows = len(part)
     return train, dev, len(rows)
 

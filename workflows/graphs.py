@@ -32,7 +32,7 @@ def run(cfg: XHConfig) -> dict:
     from xh.tracking import stage_run
 
     store = Store.from_config(cfg)
-    with stage_run(cfg, "graphs", s3=store.s3) as tracked:
+    with stage_run(cfg, "graphs", store=store) as tracked:
         summary = build(cfg, store)
         graphs.log_summary(summary)
     return {"mlflow_run_id": tracked.info.run_id, **summary}

@@ -35,7 +35,7 @@ from typing import Any
 
 from xh.jsonfiles import is_utf8_text
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, open_input, open_output
+from xh.store import Location, located
 from xh.wiki.streams import Truncated, decompressed, lines
 
 __all__ = [
@@ -57,10 +57,11 @@ class _Bad(Exception):
     """A record that cannot be used; the message is the quarantine reason."""
 
 
-def read_fever_claims(uri: str, s3: S3Settings | None = None) -> tuple[list[dict], list[dict]]:
+def read_fever_claims(file: str | Location) -> tuple[list[dict], list[dict]]:
     """A FEVER claims file (JSON lines, plain or bz2; local or s3://) -> (CLAIMS rows, QUARANTINE rows)."""
     read: list[bytes] = []
-    with open_input(uri, s3) as f:
+    uri = str(file)
+    with located(file).open_input() as f:
         try:
             read.extend(lines(decompressed(f)))
         except Truncated as truncated:  # the lines before the break are kept; the break is quarantined
@@ -172,18 +173,17 @@ def claim_split(qid: str, dev_fraction: float, test_fraction: float) -> str:
 
 
 def write_claim_split(
-    claims_uri: str,
+    claims: str | Location,
     split: str,
-    out_uri: str,
+    out: str | Location,
     dev_fraction: float,
     test_fraction: float,
     *,
     labels: bool = True,
-    s3: S3Settings | None = None,
 ) -> int:
     """The claims of one split as a FEVER JSON-lines file (gold for `xh eval fever`, or without labels
     and evidence as new claims for `xh score`); returns how many. Quarantined records are left out."""
-    rows, _ = read_fever_claims(claims_uri, s3)
+    rows, _ = read_fever_claims(claims)
     lines = []
     for row in rows:
         if claim_split(row["qid"], dev_fraction, test_fraction) != split:
@@ -193,6 +193,5 @@ def write_claim_split(
             groups = [[[None, None, s["page"], s["line"]] for s in group] for group in row["evidence"] or []]
             record |= {"label": row["label"], "evidence": groups or [[[None, None, None, None]]]}
         lines.append(json.dumps(record))
-    with open_output(out_uri, s3) as f:
-        f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    located(out).write_bytes("".join(line + "\n" for line in lines).encode("utf-8"))
     return len(lines)

@@ -5,7 +5,8 @@
     if not is_utf8_text(record): ...                             # a string Arrow would refuse (not UTF-8)
     for number, record, error in json_lines(text): ...           # a bad line is yielded, not raised
 
-A file that is missing, unreadable, not UTF-8 or not valid JSON raises `InputFileError` (a
+Each reader takes a path or URI (read with the environment's S3 settings) or an `xh.store.Location`
+(read with its store's). A file that is missing, unreadable, not UTF-8 or not valid JSON raises `InputFileError` (a
 `ValueError`) whose message is one line naming the file; a missing file's error is also a
 `FileNotFoundError`, so drivers report it like any other missing input. Importing this module loads
 nothing else (pyarrow only when a file is read).
@@ -16,7 +17,10 @@ from __future__ import annotations
 import bz2
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xh.store import Location
 
 
 class InputFileError(ValueError):
@@ -27,20 +31,20 @@ class MissingInputFile(InputFileError, FileNotFoundError):
     """An input file that does not exist."""
 
 
-def read_json(uri: str, s3=None) -> Any:
+def read_json(file: str | Location) -> Any:
     """One JSON document."""
     try:
-        return json.loads(read_text(uri, s3))
+        return json.loads(read_text(file))
     except json.JSONDecodeError as e:
-        raise InputFileError(f"{uri} is not valid JSON ({e})") from None
+        raise InputFileError(f"{file} is not valid JSON ({e})") from None
 
 
-def read_jsonl(uri: str, s3=None) -> list[tuple[int, Any]]:
+def read_jsonl(file: str | Location) -> list[tuple[int, Any]]:
     """JSON lines as (line number, record); blank lines are skipped, so numbers follow the file."""
     records = []
-    for number, record, error in json_lines(read_text(uri, s3)):
+    for number, record, error in json_lines(read_text(file)):
         if error:
-            raise InputFileError(f"{uri} line {number} is not valid JSON ({error})")
+            raise InputFileError(f"{file} line {number} is not valid JSON ({error})")
         records.append((number, record))
     return records
 
@@ -56,22 +60,21 @@ def json_lines(text: str) -> Iterator[tuple[int, Any, json.JSONDecodeError | Non
             yield number, line, e
 
 
-def read_text(uri: str, s3=None) -> str:
+def read_text(file: str | Location) -> str:
     """A file's text; bz2 files (by their magic bytes) are decompressed."""
-    return decode_text(uri, read_bytes(uri, s3))
+    return decode_text(str(file), read_bytes(file))
 
 
-def read_bytes(uri: str, s3=None) -> bytes:
+def read_bytes(file: str | Location) -> bytes:
     """A file's raw bytes (nothing decompressed)."""
-    from xh.storage import open_input  # pyarrow only when a file is read
+    from xh.store import located  # pyarrow only when a file is read
 
     try:
-        with open_input(uri, s3) as stream:
-            return stream.read()
+        return located(file).read_bytes()
     except FileNotFoundError:
-        raise MissingInputFile(f"no such file: {uri}") from None
+        raise MissingInputFile(f"no such file: {file}") from None
     except OSError as e:
-        raise InputFileError(f"cannot read {uri}: {str(e).splitlines()[0]}") from None
+        raise InputFileError(f"cannot read {file}: {str(e).splitlines()[0]}") from None
 
 
 def is_utf8_text(record: Any) -> bool:

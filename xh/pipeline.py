@@ -33,8 +33,7 @@ from xh.graph.docstore import DocStore
 from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings
-from xh.store import Store
+from xh.store import Location, located
 
 GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
 
@@ -58,60 +57,58 @@ class Pipeline:
     def __init__(
         self,
         retriever: Retriever | None = None,
-        tables: str | None = None,
+        tables: Location | None = None,
         graph: GraphsConfig | None = None,
         classifier: QuestionClassifier | None = None,
         model=None,
         tokenizer=None,
         batch_graphs: int = 8,
-        s3: S3Settings | None = None,
         sort_window: int = 8,
         docs: DocStore | None = None,
     ) -> None:
         self.retriever, self.tables, self.graph_settings, self.classifier = retriever, tables, graph, classifier
         self.model, self.tokenizer, self.batch_graphs = model, tokenizer, batch_graphs
         self.sort_window = sort_window
-        self.s3 = s3
         self.docs = docs  # the docs and links by id; None: filtered from the tables per call
 
     @classmethod
     def load(
         cls,
         *,
-        index: str | None = None,
-        tables: str | None = None,
+        index: str | Location | None = None,
+        tables: str | Location | None = None,
         retrieval: RetrieveConfig | None = None,
         graph: GraphsConfig | None = None,
         classifier: str | None = None,
         model: str | None = None,
         batch_graphs: int = 8,
-        s3: S3Settings | None = None,
         sort_window: int = 8,
         doc_cache: str | None = None,
     ) -> Pipeline:
         """The graph half when `index` is given (with `tables`, `retrieval`, `graph`, optional
-        `classifier` folder; FEVER, `graph.task == "fever"`: `tables` alone); the model half when
+        `classifier` folder; FEVER, `graph.task == "fever"`: `tables` alone); `index` and `tables` are
+        Locations, or paths and URIs read with the environment's S3 settings; the model half when
         `model` is given. `sort_window`: batches of graphs sorted by length together
         (`xh.inference.predict_graphs`). `doc_cache`: where this node keeps its copy of the docs and
         links by id (`xh.graph.docstore`; default `$XH_DOC_CACHE` or the temp folder)."""
         retriever = question_types = weights = tokenizer = docs = None
+        tables = located(tables) if tables is not None else None
         if graph is not None and graph.task == "fever" and tables is not None:
             # FEVER claims: the sentence retriever over the docs (`xh.graph.fever`) is the whole graph half
             from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
 
             settings = FeverGraphSettings(reranker=graph.sentence_reranker, rerank_pool=graph.sentence_rerank_pool)
-            retriever = FeverGraphBuilder.load(tables, settings, s3)
+            retriever = FeverGraphBuilder.load(tables, settings)
         elif index is not None:
-            store = Store(s3=s3 or S3Settings.from_env())
-            retriever = Retriever.load(store.at(index), store.at(tables), retrieval)
-            docs = DocStore.open(tables, s3, doc_cache)
+            retriever = Retriever.load(located(index), tables, retrieval)
+            docs = DocStore.open(tables, doc_cache)
             if classifier:
                 from xh.model.qtype import QuestionTypeClassifier
 
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
             weights, tokenizer = _load_model(model)
-        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, s3, sort_window, docs)
+        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, sort_window, docs)
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
@@ -129,7 +126,7 @@ class Pipeline:
             )
         else:  # only the documents these questions name, filtered from the tables
             doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
-            builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.s3, self.classifier)
+            builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.classifier)
             outcomes = builder.build_many(questions, candidates)
         graphs, quarantined = [], repeated
         for question, outcome in zip(questions, outcomes):

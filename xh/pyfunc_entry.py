@@ -114,12 +114,10 @@ def version_graph_half(data_path: str, env=None):
             "(a `graph` column)"
         )
     record = json.loads((folder / PIPELINE_FILE).read_text())
-    s3 = S3Settings.from_env(env)
+    store = Store(s3=S3Settings.from_env(env))
     given = {"retrieve.index": env.get(INDEX_VAR), "retrieve.tables": env.get(TABLES_VAR)}
     cfg = load_config(None, [f"{k}={v}" for k, v in given.items() if v])
-    cfg, _ = apply_pipeline(
-        cfg, record, Store(s3=s3).at(str(folder))
-    )  # a moved index of another snapshot: PipelineDrift
+    cfg, _ = apply_pipeline(cfg, record, store.at(str(folder)))  # a moved index of another snapshot: PipelineDrift
     index = record.get("index")
     if cfg.graphs.task == "fever":
         # FEVER retrieves sentences from the docs table itself: its reference is `<tables>/docs`
@@ -132,17 +130,14 @@ def version_graph_half(data_path: str, env=None):
                 "this model version's graphs were built without an index (the distractor setting): set "
                 f"{INDEX_VAR} (and {TABLES_VAR}) to the index to answer questions from"
             )
-        tables = (
-            cfg.retrieve.tables or read_manifest(Store(s3=s3).at(cfg.retrieve.index))["docs"]
-        )  # the tables it indexed
+        tables = cfg.retrieve.tables or read_manifest(store.at(cfg.retrieve.index))["docs"]  # the tables it indexed
     retrieval, graph = settings_of(cfg)
     return Pipeline.load(
-        index=cfg.retrieve.index,
-        tables=tables,
+        index=store.at(cfg.retrieve.index) if cfg.retrieve.index else None,
+        tables=store.at(tables),
         retrieval=retrieval,
         graph=graph,
         classifier=cfg.score.question_classifier,
-        s3=s3,
     )
 
 

@@ -52,7 +52,7 @@ from typing import Any
 
 from xh.jsonfiles import InputFileError, is_utf8_text, read_bytes, read_json
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, list_files, open_output
+from xh.store import Location, located
 from xh.wiki.streams import Truncated, decompressed, lines
 from xh.wiki.titles import normalize_title
 
@@ -228,10 +228,11 @@ def _wrong_type(record: dict) -> str | None:
     return None
 
 
-def read_hotpot_questions(uri: str, s3: S3Settings | None = None) -> tuple[list[dict], list[dict]]:
+def read_hotpot_questions(file: str | Location) -> tuple[list[dict], list[dict]]:
     """A HotpotQA question file (a JSON array, plain, bz2 or gzip); a file that is not one is an
     `InputFileError` (one line), a bad record in it is quarantined."""
-    numbered, truncated = _lines(read_bytes(uri, s3))
+    uri = str(file)
+    numbered, truncated = _lines(read_bytes(file))
     if truncated:
         raise InputFileError(f"{uri} is a truncated compressed file ({truncated}): no question read")
     records = _json_array(numbered)
@@ -289,11 +290,11 @@ def _json_array(numbered: list[tuple[int, bytes]]) -> Any:
         return None
 
 
-def question_files(uri: str, s3: S3Settings | None = None) -> list[str]:
-    """The question files (`QUESTION_FILES`) at or under a URI; finding none is a FileNotFoundError."""
-    files = [f for f in list_files(uri, s3) if f.endswith(QUESTION_FILES)]
+def question_files(where: str | Location) -> list[str]:
+    """The question files (`QUESTION_FILES`) at or under a place, as URIs; finding none is a FileNotFoundError."""
+    files = [f for f in located(where).files() if f.endswith(QUESTION_FILES)]
     if not files:
-        raise FileNotFoundError(f"no .jsonl or .parquet question files at {uri}")
+        raise FileNotFoundError(f"no .jsonl or .parquet question files at {where}")
     return files
 
 
@@ -356,14 +357,14 @@ def parse_question_file(
     return rows, sorted(unparsed + quarantined, key=lambda row: row["position"]) + cut
 
 
-def write_context_dump(questions_uri: str, dump_uri: str, s3: S3Settings | None = None) -> int:
+def write_context_dump(questions: str | Location, dump: str | Location) -> int:
     """The union of the questions' context paragraphs as one bz2 JSON-lines shard; returns its page count.
 
     Ids are `ctx-<n>` in order of first appearance; a title seen twice keeps its first paragraph.
     """
     seen: set[str] = set()
     lines = []
-    for record in read_json(questions_uri, s3):
+    for record in read_json(questions):
         for title, sentences in record.get("context") or []:
             key = normalize_title(title)
             if key in seen or not sentences:
@@ -372,6 +373,5 @@ def write_context_dump(questions_uri: str, dump_uri: str, s3: S3Settings | None 
             lines.append(
                 json.dumps({"id": f"ctx-{len(lines)}", "title": title, "text": sentences, "text_with_links": sentences})
             )
-    with open_output(dump_uri, s3) as f:
-        f.write(bz2.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    located(dump).write_bytes(bz2.compress(("\n".join(lines) + "\n").encode("utf-8")))
     return len(lines)

@@ -95,12 +95,11 @@ def graph_half(cfg: XHConfig, store: Store, model: dict, folder: str) -> Pipelin
     used = version_config(cfg, store, model, folder)
     retrieval, graph = settings_of(used)
     return Pipeline.load(
-        index=locations.index(used),
-        tables=locations.tables(used, used.retrieve.tables),
+        index=store.at(locations.index(used)),
+        tables=store.at(locations.tables(used, used.retrieve.tables)),
         retrieval=retrieval,
         graph=graph,
         classifier=used.score.question_classifier,
-        s3=store.s3,
     )
 
 
@@ -142,7 +141,7 @@ class GraphHalf:
         from xh.tracking import configure
 
         self.store = Store.from_config(cfg)
-        configure(cfg.mlflow, self.store.s3)
+        configure(cfg.mlflow, self.store)
         self.cfg, self.folders = cfg, {}
         self.versions = _Versions(self._load)
         self.busy = asyncio.Lock()  # one batch of questions at a time: retrieval holds the CPU it was given
@@ -172,7 +171,7 @@ class ModelHalf:
             import torch
 
             torch.set_num_threads(cfg.serve.model_threads)
-        configure(cfg.mlflow, Store.from_config(cfg).s3)
+        configure(cfg.mlflow, Store.from_config(cfg))
         self.cfg = cfg
         self.versions = _Versions(self._load)
         self.predict_batch.set_max_batch_size(cfg.serve.max_batch_size)
@@ -220,7 +219,7 @@ class Ingress:
     async def __init__(self, graphs, model, cfg: XHConfig):
         from xh.tracking import configure
 
-        configure(cfg.mlflow, Store.from_config(cfg).s3)
+        configure(cfg.mlflow, Store.from_config(cfg))
         self.graph_half, self.model_half, self.cfg = graphs, model, cfg
         self.alias = alias_of(cfg)
         self.limits = InputLimits(question_chars=cfg.serve.max_question_chars)

@@ -131,14 +131,18 @@ class Location:
     # the table protocol (xh.tables)
 
     def marker(self) -> dict | None:
-        return tables.read_marker(self.uri, self.s3)
+        return tables.read_marker(self)
 
     def require_complete(self, what: str = "table", hint: str = "") -> dict:
-        return tables.require_complete(self.uri, self.s3, what=what, hint=hint)
+        return tables.require_complete(self, what=what, hint=hint)
 
     def staged(self, *, kind: str, stage: str | None = None, inputs: object = None):
         """Build a table here in a staging sibling, published whole (see `xh.tables.staged`)."""
-        return tables.staged(self.uri, self.s3, kind=kind, stage=stage, inputs=inputs)
+        return tables.staged(self, kind=kind, stage=stage, inputs=inputs)
+
+    def check_replaceable(self, kind: str | None = None) -> None:
+        """`ForeignFolderError` unless a table of `kind` may be written here (see `xh.tables.check_replaceable`)."""
+        tables.check_replaceable(self, kind)
 
 
 def located(where: Location | str | Path) -> Location:

@@ -1,12 +1,13 @@
 """Tables handed on whole or not at all (staged writes, a completion marker, a reader check), and a batch
 job's resumable stages on the same marker.
 
-    with staged("runs/demo/graphs/hotpot", s3, kind=GRAPHS, stage="graphs", inputs={...}) as stage:
-        write_everything_under(stage.uri)      # a hidden sibling: <parent>/.hotpot.staging
+    table = store.at("runs/demo/graphs/hotpot")      # a Location (xh.store); `table.staged(...)` says the same
+    with staged(table, kind=GRAPHS, stage="graphs", inputs={...}) as stage:
+        write_everything_under(stage.location)  # a hidden sibling: <parent>/.hotpot.staging
         stage.rows = 500
     # here: the folder holds the new table and `_complete.json`; on an exception the previous table is untouched
 
-    require_complete("runs/demo/graphs/hotpot", s3)   # a reader: one-line error unless the marker is there
+    require_complete(table)                   # a reader: one-line error unless the marker is there
 
 A table folder is *complete* when it holds `_complete.json` (its kind, the stage that wrote it, rows,
 written_at, an input fingerprint), the last file written. Writers build the whole folder in a staging
@@ -63,7 +64,7 @@ import pyarrow.fs as pafs
 
 from xh import schemas
 from xh.config import ConfigError
-from xh.storage import S3Settings, is_s3, join, list_paths, open_input, open_output, resolve
+from xh.storage import is_s3, list_paths, resolve
 
 if TYPE_CHECKING:  # Locations are what this protocol works on; xh.store builds on this module
     from xh.store import Location
@@ -130,29 +131,27 @@ def _etag(file: Location) -> str:
     return client.head_object(Bucket=bucket, Key=key)["ETag"]
 
 
-def _read_json(uri: str, s3: S3Settings | None) -> dict | None:
+def _read_json(file: Location) -> dict | None:
     try:
-        with open_input(uri, s3) as f:
-            found = json.loads(f.read())
+        found = json.loads(file.read_bytes())
     except (FileNotFoundError, OSError, ValueError):
         return None
     return found if isinstance(found, dict) else None
 
 
-def read_marker(uri: str, s3: S3Settings | None = None) -> dict | None:
+def read_marker(folder: Location) -> dict | None:
     """The folder's `_complete.json`, or None when it has none."""
-    return _read_json(join(uri, MARKER), s3)
+    return _read_json(folder.join(MARKER))
 
 
-def require_complete(uri: str, s3: S3Settings | None = None, what: str = "table", hint: str = "") -> dict:
+def require_complete(folder: Location, what: str = "table", hint: str = "") -> dict:
     """The folder's marker; `IncompleteTableError` (one line) when the folder is missing or has none."""
-    fs, path = resolve(uri, s3)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        raise IncompleteTableError(f"no {what} at {uri}{hint}")
-    marker = read_marker(uri, s3)
+    if not folder.exists():
+        raise IncompleteTableError(f"no {what} at {folder.uri}{hint}")
+    marker = read_marker(folder)
     if marker is None:
         raise IncompleteTableError(
-            f"{what} at {uri} is incomplete (no {MARKER}: a run failed or was interrupted){hint}"
+            f"{what} at {folder.uri} is incomplete (no {MARKER}: a run failed or was interrupted){hint}"
         )
     return marker
 
@@ -177,13 +176,14 @@ def _parents(uri: str) -> list[str]:
     return found
 
 
-def check_replaceable(uri: str, s3: S3Settings | None = None, kind: str | None = None) -> None:
-    """Raise `ForeignFolderError` unless `uri` is missing, empty, or a table of `kind` the project marked,
+def check_replaceable(folder: Location, kind: str | None = None) -> None:
+    """Raise `ForeignFolderError` unless `folder` is missing, empty, or a table of `kind` the project marked,
     and lies inside no other table."""
-    fs, path = resolve(uri, s3)
+    uri = folder.uri
+    fs, path = folder.fs_path()
     info = fs.get_file_info(path)
     for parent in _parents(uri):
-        marker = read_marker(parent, s3)
+        marker = read_marker(_at(folder, parent))
         if marker is not None:
             raise ForeignFolderError(
                 f"output {uri} lies inside {_written_by(marker)} at {parent}: refusing to write into it; "
@@ -193,7 +193,7 @@ def check_replaceable(uri: str, s3: S3Settings | None = None, kind: str | None =
         return
     if info.type == pafs.FileType.File:
         raise ForeignFolderError(f"output {uri} is a file, not a table folder: refusing to replace it")
-    marker = read_marker(uri, s3)
+    marker = read_marker(folder)
     if marker is None:
         if list_paths(fs, path):
             raise ForeignFolderError(
@@ -201,17 +201,17 @@ def check_replaceable(uri: str, s3: S3Settings | None = None, kind: str | None =
                 "choose an empty or new folder"
             )
         return
-    if kind is not None and (marker.get("kind") or _legacy_kind(uri, s3)) != kind:
+    if kind is not None and (marker.get("kind") or _legacy_kind(folder)) != kind:
         raise ForeignFolderError(
             f"output {uri} holds {_written_by(marker)}, not the {kind}: refusing to replace it; "
             "choose another folder (or delete that one yourself)"
         )
 
 
-def _legacy_kind(uri: str, s3: S3Settings | None) -> str | None:
+def _legacy_kind(folder: Location) -> str | None:
     """The kind of a table whose marker names none (written before markers named kinds), from its layout;
     None when the layout says nothing: such a folder is then refused, not guessed at."""
-    fs, path = resolve(uri, s3)
+    fs, path = folder.fs_path()
     names = {info.base_name for info in fs.get_file_info(pafs.FileSelector(path))} - {MARKER}
     if {"docs", "links", "redirects", "anchors"} <= names:
         return WIKI_TABLES
@@ -224,13 +224,18 @@ def _legacy_kind(uri: str, s3: S3Settings | None) -> str | None:
     return None
 
 
-def _sibling(uri: str, suffix: str) -> str:
-    stripped = uri.rstrip("/")
+def _at(folder: Location, uri: str) -> Location:
+    """Another place of `folder`'s store."""
+    return folder.store.at(uri)
+
+
+def _sibling(folder: Location, suffix: str) -> Location:
+    stripped = folder.uri.rstrip("/")
     if is_s3(stripped):
         parent, name = posixpath.split(stripped[len("s3://") :])
-        return "s3://" + posixpath.join(parent, f".{name}.{suffix}")
+        return _at(folder, "s3://" + posixpath.join(parent, f".{name}.{suffix}"))
     parent, name = os.path.split(resolve(stripped)[1])
-    return os.path.join(parent, f".{name}.{suffix}")
+    return _at(folder, os.path.join(parent, f".{name}.{suffix}"))
 
 
 def _where(uri: str) -> str:
@@ -240,93 +245,92 @@ def _where(uri: str) -> str:
 
 @dataclass
 class Stage:
-    """Where a run writes its table before it is published; set `rows` (and `detail`) before the end."""
+    """Where a run writes its table before it is published (`location`, a Location of the target's store);
+    set `rows` (and `detail`) before the end."""
 
-    uri: str
-    target: str
+    location: Location
+    target: Location
     kind: str
     stage: str | None = None
     inputs: object = None
     rows: int | None = None
     detail: dict = field(default_factory=dict)
 
+    @property
+    def uri(self) -> str:
+        return self.location.uri
 
-def _exists(uri: str, s3: S3Settings | None) -> bool:
-    fs, path = resolve(uri, s3)
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
 
-
-def _delete(uri: str, s3: S3Settings | None) -> None:
-    fs, path = resolve(uri, s3)
+def _delete(folder: Location) -> None:
+    fs, path = folder.fs_path()
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
 
 
-def _ours(uri: str, target: str, kind: str, s3: S3Settings | None) -> bool:
+def _ours(folder: Location, target: Location, kind: str) -> bool:
     """Whether a `.<name>.staging` / `.<name>.old` sibling may be deleted: empty, or carrying this kind's
     own proof (a staging folder's `_staging.json` naming `target`, or a marker of `kind`)."""
-    fs, path = resolve(uri, s3)
+    fs, path = folder.fs_path()
     if fs.get_file_info(path).type == pafs.FileType.File:
         return False
-    owner = _read_json(join(uri, OWNER), s3)
-    if owner is not None and owner.get("kind") == kind and owner.get("target") == _where(target):
+    owner = _read_json(folder.join(OWNER))
+    if owner is not None and owner.get("kind") == kind and owner.get("target") == _where(target.uri):
         return True
-    marker = read_marker(uri, s3)
+    marker = read_marker(folder)
     if marker is not None:
         return marker.get("kind") == kind
     return not list_paths(fs, path)
 
 
-def _clear_sibling(uri: str, target: str, kind: str, s3: S3Settings | None) -> None:
+def _clear_sibling(folder: Location, target: Location, kind: str) -> None:
     """Delete a leftover sibling of a killed run, but only one that is provably this kind's own."""
-    if not _exists(uri, s3):
+    if not folder.exists():
         return
-    if not _ours(uri, target, kind, s3):
+    if not _ours(folder, target, kind):
         raise ForeignFolderError(
-            f"{uri} is in the way of the {kind} at {target} and holds no {OWNER} or {MARKER} of the {kind}: "
-            "refusing to delete it; move it away"
+            f"{folder.uri} is in the way of the {kind} at {target.uri} and holds no {OWNER} or {MARKER} of the "
+            f"{kind}: refusing to delete it; move it away"
         )
-    _delete(uri, s3)
+    _delete(folder)
 
 
 @contextmanager
-def staged(
-    uri: str, s3: S3Settings | None = None, *, kind: str, stage: str | None = None, inputs: object = None
-) -> Iterator[Stage]:
-    """Build a table of `kind` in a staging sibling of `uri`; on success mark it complete and swap it into place.
+def staged(folder: Location, *, kind: str, stage: str | None = None, inputs: object = None) -> Iterator[Stage]:
+    """Build a table of `kind` in a staging sibling of `folder`; on success mark it complete and swap it into place.
 
     Refuses up front (before any work) to replace a folder the project did not write, a table of
     another kind, or a sibling it cannot prove its own. On any exception the staging folder is removed
-    and the previous table at `uri` is left as it was.
+    and the previous table at `folder` is left as it was.
     """
-    if not is_s3(uri):
-        _recover_local(uri, kind)
-    check_replaceable(uri, s3, kind)
-    staging = Stage(uri=_sibling(uri, "staging"), target=uri, kind=kind, stage=stage, inputs=inputs)
-    _clear_sibling(staging.uri, uri, kind, s3)  # a leftover of a killed run
-    if not is_s3(uri):
-        _clear_sibling(_sibling(uri, "old"), uri, kind, s3)
+    if not folder.is_s3:
+        _recover_local(folder, kind)
+    check_replaceable(folder, kind)
+    staging = Stage(location=_sibling(folder, "staging"), target=folder, kind=kind, stage=stage, inputs=inputs)
+    _clear_sibling(staging.location, folder, kind)  # a leftover of a killed run
+    if not folder.is_s3:
+        _clear_sibling(_sibling(folder, "old"), folder, kind)
     # the proof that this folder is ours, first: a later run deletes it only with this in it
-    with open_output(join(staging.uri, OWNER), s3) as f:
-        f.write(json.dumps({"kind": kind, "stage": stage, "target": _where(uri)}).encode())
+    staging.location.join(OWNER).write_bytes(
+        json.dumps({"kind": kind, "stage": stage, "target": _where(folder.uri)}).encode()
+    )
     try:
         yield staging
     except BaseException:
         try:
-            _delete(staging.uri, s3)
+            _delete(staging.location)
         finally:
             raise
-    publish(staging, s3)
+    publish(staging)
 
 
-def _recover_local(uri: str, kind: str) -> None:
+def _recover_local(folder: Location, kind: str) -> None:
     """A run killed between the two renames of a swap left the previous table aside: put it back."""
-    target, old = resolve(uri)[1], _sibling(uri, "old")
+    target, old = resolve(folder.uri)[1], _sibling(folder, "old")
     if not os.path.exists(target) and (read_marker(old) or {}).get("kind") == kind:
-        os.rename(old, target)
+        os.rename(old.uri, target)
 
 
-def _write_marker(uri: str, s3: S3Settings | None, kind: str, stage: str | None, rows: int | None, **more) -> dict:
+def _write_marker(folder: Location, kind: str, stage: str | None, rows: int | None, **more) -> dict:
     """The folder's `_complete.json`: written last, once everything else in the folder is."""
     marker = {
         "kind": kind,
@@ -335,41 +339,41 @@ def _write_marker(uri: str, s3: S3Settings | None, kind: str, stage: str | None,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **more,
     }
-    with open_output(join(uri, MARKER), s3) as f:
-        f.write(json.dumps(marker, indent=1, default=str).encode())
+    folder.join(MARKER).write_bytes(json.dumps(marker, indent=1, default=str).encode())
     return marker
 
 
-def publish(stage: Stage, s3: S3Settings | None = None) -> dict:
+def publish(stage: Stage) -> dict:
     """Write the marker into the staging folder (its last file), then swap the folder into place."""
     detail = {"detail": stage.detail} if stage.detail else {}
     marker = _write_marker(
-        stage.uri, s3, stage.kind, stage.stage, stage.rows, inputs=fingerprint(stage.inputs), **detail
+        stage.location, stage.kind, stage.stage, stage.rows, inputs=fingerprint(stage.inputs), **detail
     )
-    check_replaceable(stage.target, s3, stage.kind)  # again: someone may have written there meanwhile
-    if is_s3(stage.target):
-        _swap_s3(stage.uri, stage.target, s3)
+    check_replaceable(stage.target, stage.kind)  # again: someone may have written there meanwhile
+    if stage.target.is_s3:
+        _swap_s3(stage.location, stage.target)
     else:
         # the marker of our kind is proof enough from here on (see `_ours`)
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(resolve(stage.uri)[1], OWNER))
-        _swap_local(resolve(stage.uri)[1], resolve(stage.target)[1], stage.kind)
+        _swap_local(stage.location, stage.target, stage.kind)
     return marker
 
 
-def _swap_local(staging: str, target: str, kind: str) -> None:
+def _swap_local(staging: Location, target: Location, kind: str) -> None:
     old = _sibling(target, "old")
-    _clear_sibling(old, target, kind, None)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if os.path.exists(target):
-        os.rename(target, old)
-    os.rename(staging, target)
-    shutil.rmtree(old, ignore_errors=True)  # the table just renamed aside: checked by `check_replaceable`
+    _clear_sibling(old, target, kind)
+    target_path = resolve(target.uri)[1]
+    os.makedirs(os.path.dirname(target_path), exist_ok=True)
+    if os.path.exists(target_path):
+        os.rename(target_path, old.uri)
+    os.rename(resolve(staging.uri)[1], target_path)
+    shutil.rmtree(old.uri, ignore_errors=True)  # the table just renamed aside: checked by `check_replaceable`
 
 
-def _swap_s3(staging_uri: str, target_uri: str, s3: S3Settings | None) -> None:
-    fs, staging = resolve(staging_uri, s3)
-    _, target = resolve(target_uri, s3)
+def _swap_s3(staging_folder: Location, target_folder: Location) -> None:
+    fs, staging = staging_folder.fs_path()
+    _, target = target_folder.fs_path()
     if fs.get_file_info(target).type != pafs.FileType.NotFound:
         marker = f"{target}/{MARKER}"
         if fs.get_file_info(marker).type == pafs.FileType.File:
@@ -410,7 +414,7 @@ def write_stage(dataset, folder: Location, schema: pa.Schema | None = None, stag
     dataset.write_parquet(path, filesystem=fs, ray_remote_args={"num_cpus": 0.25})
     if schema is not None and not folder.files(suffix=".parquet"):
         pq.write_table(schema.empty_table(), f"{path}/part-empty.parquet", filesystem=fs)
-    _write_marker(folder.uri, folder.s3, BATCH_STAGE, stage, count_rows(folder))
+    _write_marker(folder, BATCH_STAGE, stage, count_rows(folder))
 
 
 def read_stage(folder: Location):
@@ -440,7 +444,7 @@ class Stages:
     def _claim(self, digest: str) -> None:
         owner_file = self.staging.join(OWNER)
         if self.staging.exists():
-            owner = _read_json(owner_file.uri, owner_file.s3)
+            owner = _read_json(owner_file)
             if owner is not None and owner.get("kind") == BATCH_STAGING and owner.get("fingerprint") == digest:
                 return
             fs, path = self.staging.fs_path()
@@ -463,7 +467,7 @@ class Stages:
         next stage (and the partition) reads an empty table rather than a folder with no files."""
         folder = self.staging.join(name)
         start = time.perf_counter()
-        if resume and (read_marker(folder.uri, folder.s3) or {}).get("kind") == BATCH_STAGE:
+        if resume and (read_marker(folder) or {}).get("kind") == BATCH_STAGE:
             self.resumed.append(name)
         else:
             write_stage(dataset(), folder, schema, stage=name)
@@ -471,7 +475,7 @@ class Stages:
         return folder
 
     def clear(self) -> None:
-        _delete(self.staging.uri, self.staging.s3)
+        _delete(self.staging)
 
 
 def _parquet(folder: Location):

@@ -32,7 +32,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
 from xh.storage import S3Settings, is_s3
-from xh.store import Location
+from xh.store import Location, Store
 
 
 def _artifact_uri(location: str) -> str:
@@ -68,8 +68,9 @@ def in_ray_job() -> bool:
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
-def configure(cfg: MlflowConfig, s3: S3Settings | None = None) -> str:
-    """Point MLflow at the tracking store and experiment of `cfg`; return the experiment id."""
+def configure(cfg: MlflowConfig, store: Store | None = None) -> str:
+    """Point MLflow at the tracking store and experiment of `cfg`, its S3 artifacts reached with `store`'s
+    settings (default: the environment's); return the experiment id."""
     import mlflow
 
     uri, user, password = tracking_uri_without_credentials(cfg.tracking_uri)
@@ -85,7 +86,7 @@ def configure(cfg: MlflowConfig, s3: S3Settings | None = None) -> str:
     if password is not None:
         os.environ["MLFLOW_TRACKING_PASSWORD"] = password
     # MLflow's S3 artifact client reads its endpoint from the environment.
-    os.environ.update((s3 or S3Settings.from_env()).env())
+    os.environ.update((store.s3 if store is not None else S3Settings.from_env()).env())
     # set_tracking_uri also exports MLFLOW_TRACKING_URI, which `load_config` reads as the user's choice:
     # the environment is left as the user (or the job) set it.
     launched_with = os.environ.get("MLFLOW_TRACKING_URI")
@@ -169,7 +170,7 @@ def stage_run(
     cfg: XHConfig,
     stage: str,
     run_name: str | None = None,
-    s3: S3Settings | None = None,
+    store: Store | None = None,
     *,
     params: dict | None = None,
     tags: dict | None = None,
@@ -182,7 +183,7 @@ def stage_run(
     """
     import mlflow
 
-    experiment_id = configure(cfg.mlflow, s3)
+    experiment_id = configure(cfg.mlflow, store)
     if run_id is not None:
         return mlflow.start_run(run_id=run_id)
     # Inside another stage's run (the demo's), a stage's run is its child.

@@ -126,14 +126,15 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     ray_cluster, mlflow_server, world, monkeypatch
 ):
     from xh.stages import retrieve as retrieve_stage
+    from xh.store import located
     from xh.tables import IncompleteTableError, read_marker
 
     cfg = _config(world, mlflow_server)
-    if read_marker(str(world / "graphs" / "hotpot")) is None:
+    if read_marker(located(world / "graphs" / "hotpot")) is None:
         retrieve.all_steps(cfg)
         graphs.build(cfg)
     before = {name: _files(world / name) for name in ("graphs", "retrieval")}
-    assert read_marker(str(world / "graphs" / "hotpot"))["rows"] > 0
+    assert read_marker(located(world / "graphs" / "hotpot"))["rows"] > 0
 
     def fails(*args, **kwargs):
         raise RuntimeError("interrupted midway")

@@ -19,7 +19,7 @@ import pytest
 from xh.retrieval.bm25 import CorpusStats, search_shards
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, staged_index, write_manifest
 from xh.stages import wiki
-from xh.store import Store
+from xh.store import Store, located
 from xh.tables import require_complete
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,5 +138,5 @@ def test_an_index_rebuild_killed_midway_leaves_the_previous_index_whole(tmp_path
         _stop_session(rerun.pid)
     assert rerun.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["docs"] == 3000
-    assert require_complete(str(index))["rows"] == 3000 and not staging.exists()
+    assert require_complete(located(index))["rows"] == 3000 and not staging.exists()
     assert _answers(index) != before

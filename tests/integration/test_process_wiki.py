@@ -23,7 +23,7 @@ def test_generated_dump_on_s3_round_trips_every_true_link(ray_cluster, s3_endpoi
     spec = synth.WorldSpec(num_docs=600, seed=5)
     world = f"s3://{TEST_BUCKET}/wiki-world"
     written = synth.write_world(
-        spec, synth.output_under(world, s3_endpoint), docs_per_shard=150, num_questions=5, num_claims=5
+        spec, synth.output_under(Store(s3=s3_endpoint).at(world)), docs_per_shard=150, num_questions=5, num_claims=5
     )
     cfg = load_config(
         None,

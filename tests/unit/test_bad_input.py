@@ -16,6 +16,7 @@ from xh import schemas
 from xh.fever import read_fever_claims
 from xh.questions import parse_question_file, question_rows, read_hotpot_questions
 from xh.storage import S3Settings, StorageSettingsError, resolve
+from xh.store import located
 from xh.tables import GRAPHS, staged
 
 
@@ -172,7 +173,7 @@ def test_the_score_driver_says_which_s3_setting_is_missing_and_exits_2(tmp_path,
 
 def _graphs_folder(folder, drop: str | None) -> None:
     schema = schemas.GRAPHS if drop is None else schemas.GRAPHS.remove(schemas.GRAPHS.get_field_index(drop))
-    with staged(str(folder), kind=GRAPHS) as stage:
+    with staged(located(folder), kind=GRAPHS) as stage:
         (folder.parent / stage.uri).mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist([], schema=schema), str(folder.parent / stage.uri / "part-00000.parquet"))
         stage.rows = 0

@@ -177,3 +177,36 @@ def test_every_driver_is_wiring_and_leaves_storage_settings_to_the_store():
     assert long == {}, f"drivers over {DRIVER_LINES} lines: move their logic into xh/stages/"
     assert [p.name for p in (ROOT / "workflows").glob("*.py") if "s3_settings" in p.read_text()] == []
     assert not (ROOT / "xh" / "staging.py").exists()  # one commit protocol: xh/tables.py
+
+
+# The storage layer: a place is a `xh.store.Location` (a URI with the store that reaches it), so only the
+# two modules that make Locations ever see S3 settings beside a URI.
+STORAGE_MODULES = {"xh/storage.py", "xh/store.py"}
+
+
+def s3_parameters(source: str, where: str) -> list[str]:
+    """Functions of `source` with a parameter named `s3`, as "where:line name"."""
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            if "s3" in names:
+                found.append(f"{where}:{node.lineno} {getattr(node, 'name', 'lambda')}")
+    return found
+
+
+def test_no_function_outside_the_storage_layer_takes_s3_settings_beside_a_uri():
+    found = []
+    for package in (*PACKAGES, "bench", "tests"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            where = path.relative_to(ROOT).as_posix()
+            if where not in STORAGE_MODULES:
+                found += s3_parameters(path.read_text(), where)
+    assert found == [], "take a Location (xh.store) instead of a (uri, s3) pair"
+    # the finder finds one, keyword-only or positional
+    assert s3_parameters("def f(uri, s3=None): ...\ndef g(*, s3): ...\nh = lambda s3: s3", "x.py") == [
+        "x.py:1 f",
+        "x.py:2 g",
+        "x.py:3 lambda",
+    ]

@@ -11,7 +11,7 @@ import pytest
 
 from workflows.cli import USER_ERRORS
 from xh.stages import wiki
-from xh.store import Store
+from xh.store import Store, located
 from xh.tables import (
     BATCH_STAGE,
     BATCH_STAGING,
@@ -37,11 +37,11 @@ def _write_table(folder, rows: int, tag: str) -> None:
 
 def test_a_staged_table_appears_whole_with_its_marker(tmp_path):
     target = tmp_path / "graphs"
-    with staged(str(target), kind=GRAPHS, inputs={"q": "a.json"}) as stage:
+    with staged(located(target), kind=GRAPHS, inputs={"q": "a.json"}) as stage:
         _write_table(tmp_path / stage.uri, 3, "new")
         assert not target.exists()  # nothing handed on while it is being written
         stage.rows = 3
-    marker = require_complete(str(target))
+    marker = require_complete(located(target))
     assert marker["rows"] == 3 and marker["written_at"] and len(marker["inputs"]) == 16
     assert (target / "part-00000.parquet").read_text() == "new:3"
     assert [p.name for p in tmp_path.iterdir()] == ["graphs"]  # no staging folder left behind
@@ -49,43 +49,43 @@ def test_a_staged_table_appears_whole_with_its_marker(tmp_path):
 
 def test_a_run_that_fails_midway_leaves_the_previous_table_and_its_marker(tmp_path):
     target = tmp_path / "tables"
-    with staged(str(target), kind=GRAPHS) as stage:
+    with staged(located(target), kind=GRAPHS) as stage:
         _write_table(tmp_path / stage.uri, 2000, "old")
         stage.rows = 2000
     before = {p.name: p.read_bytes() for p in target.iterdir()}
 
-    with pytest.raises(RuntimeError, match="killed"), staged(str(target), kind=GRAPHS) as stage:
+    with pytest.raises(RuntimeError, match="killed"), staged(located(target), kind=GRAPHS) as stage:
         _write_table(tmp_path / stage.uri, 1500, "new")
         raise RuntimeError("killed midway")
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
-    assert read_marker(str(target))["rows"] == 2000
+    assert read_marker(located(target))["rows"] == 2000
     assert [p.name for p in tmp_path.iterdir()] == ["tables"]
 
 
 def test_a_folder_without_a_marker_is_refused_in_one_line(tmp_path):
     _write_table(tmp_path / "graphs", 25, "partial")
     with pytest.raises(IncompleteTableError) as error:
-        require_complete(str(tmp_path / "graphs"), what="graphs", hint=" (run `xh graphs build` first)")
+        require_complete(located(tmp_path / "graphs"), what="graphs", hint=" (run `xh graphs build` first)")
     assert "\n" not in str(error.value) and MARKER in str(error.value)
     assert isinstance(error.value, USER_ERRORS)  # drivers print it and exit 2
     with pytest.raises(IncompleteTableError, match="no graphs at"):
-        require_complete(str(tmp_path / "nothing"), what="graphs")
+        require_complete(located(tmp_path / "nothing"), what="graphs")
 
 
 def test_an_output_folder_holding_user_files_is_never_deleted(tmp_path):
     user = tmp_path / "thesis"
     user.mkdir()
     (user / "chapter1.tex").write_text("precious")
-    with pytest.raises(ForeignFolderError) as error, staged(str(user), kind=GRAPHS) as stage:
+    with pytest.raises(ForeignFolderError) as error, staged(located(user), kind=GRAPHS) as stage:
         pytest.fail(f"the run started writing to {stage.uri}")
     assert "\n" not in str(error.value) and "refusing" in str(error.value)
     assert isinstance(error.value, USER_ERRORS)
     assert (user / "chapter1.tex").read_text() == "precious"
     # an empty folder, or one the project marked, is replaced
     (tmp_path / "empty").mkdir()
-    with staged(str(tmp_path / "empty"), kind=GRAPHS) as stage:
+    with staged(located(tmp_path / "empty"), kind=GRAPHS) as stage:
         stage.rows = 0
-    assert read_marker(str(tmp_path / "empty"))["rows"] == 0
+    assert read_marker(located(tmp_path / "empty"))["rows"] == 0
 
 
 def _hotpot_dump(folder, titles):
@@ -103,7 +103,7 @@ def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monk
     first = wiki.write_tables(
         Store().at(out), _hotpot_dump(tmp_path / "a", ["Alpha", "Beta"]), "hotpot", partitions=2, local=True
     )
-    assert require_complete(out)["rows"] == first["docs"] == 2
+    assert require_complete(located(out))["rows"] == first["docs"] == 2
     before = {p: p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file()}
 
     def killed(*args, **kwargs):
@@ -114,7 +114,7 @@ def test_wiki_processing_killed_midway_leaves_the_previous_tables(tmp_path, monk
     with pytest.raises(RuntimeError, match="worker killed"):
         wiki.write_tables(Store().at(out), files, "hotpot", partitions=2, local=True)
     assert {p: p.read_bytes() for p in (tmp_path / "tables").rglob("*") if p.is_file()} == before
-    assert require_complete(out)["rows"] == 2
+    assert require_complete(located(out))["rows"] == 2
 
 
 def _wiki_tables(tmp_path) -> tuple[str, dict]:
@@ -132,28 +132,28 @@ def _files(folder) -> dict:
 
 def test_the_marker_names_its_table_kind_and_stage(tmp_path):
     out, _ = _wiki_tables(tmp_path)
-    marker = require_complete(out)
+    marker = require_complete(located(out))
     assert marker["kind"] == WIKI_TABLES and marker["stage"] == "wiki"
     assert not (tmp_path / "tables" / OWNER).exists()  # the staging proof does not travel with the table
 
 
 def test_an_output_pointed_at_another_kind_of_table_is_refused_and_the_table_kept(tmp_path):
     out, before = _wiki_tables(tmp_path)
-    with pytest.raises(ForeignFolderError) as error, staged(out, kind=GRAPHS, stage="graphs") as stage:
+    with pytest.raises(ForeignFolderError) as error, staged(located(out), kind=GRAPHS, stage="graphs") as stage:
         pytest.fail(f"the run started writing to {stage.uri}")
     message = str(error.value)
     assert "\n" not in message and "wiki tables" in message and "refusing" in message
     assert _files(tmp_path / "tables") == before
     # a table of its own kind is replaced as before
     wiki.write_tables(Store().at(out), _hotpot_dump(tmp_path / "b", ["Gamma"]), "hotpot", partitions=2, local=True)
-    assert require_complete(out)["rows"] == 1
+    assert require_complete(located(out))["rows"] == 1
 
 
 def test_an_output_inside_another_table_or_over_an_unknown_kind_is_refused(tmp_path):
     out, before = _wiki_tables(tmp_path)
     with (
         pytest.raises(ForeignFolderError, match=r"lies inside the wiki tables of `wiki`"),
-        staged(f"{out}/graphs", kind=GRAPHS),
+        staged(located(f"{out}/graphs"), kind=GRAPHS),
     ):
         pytest.fail("started writing inside the wiki tables")
     assert _files(tmp_path / "tables") == before
@@ -161,7 +161,7 @@ def test_an_output_inside_another_table_or_over_an_unknown_kind_is_refused(tmp_p
     legacy.mkdir()
     (legacy / "notes.parquet").write_text("old")
     (legacy / MARKER).write_text(json.dumps({"rows": 3, "written_at": "2026-01-01T00:00:00Z", "inputs": "x"}))
-    with pytest.raises(ForeignFolderError, match="names no kind"), staged(str(legacy), kind=GRAPHS):
+    with pytest.raises(ForeignFolderError, match="names no kind"), staged(located(legacy), kind=GRAPHS):
         pytest.fail("replaced a table of unknown kind")
     assert (legacy / "notes.parquet").read_text() == "old"
 
@@ -173,13 +173,13 @@ def test_tables_marked_before_markers_named_kinds_are_known_by_their_layout(tmp_
         json.dumps({k: v for k, v in marker.items() if k not in ("kind", "stage")})
     )
     before = _files(tmp_path / "tables")
-    with pytest.raises(ForeignFolderError, match="names no kind"), staged(out, kind=GRAPHS):
+    with pytest.raises(ForeignFolderError, match="names no kind"), staged(located(out), kind=GRAPHS):
         pytest.fail("replaced older wiki tables with graphs")
     assert _files(tmp_path / "tables") == before
     wiki.write_tables(
         Store().at(out), _hotpot_dump(tmp_path / "b", ["Gamma"]), "hotpot", partitions=2, local=True
     )  # wiki: its own
-    assert require_complete(out)["kind"] == WIKI_TABLES
+    assert require_complete(located(out))["kind"] == WIKI_TABLES
 
 
 def test_the_graphs_stage_pointed_at_the_wiki_tables_exits_2_in_one_line_and_keeps_them(tmp_path):
@@ -220,7 +220,7 @@ def test_a_staging_sibling_the_project_did_not_write_is_refused_and_kept(tmp_pat
     foreign = tmp_path / ".graphs.staging"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(ForeignFolderError) as error, staged(str(target), kind=GRAPHS):
+    with pytest.raises(ForeignFolderError) as error, staged(located(target), kind=GRAPHS):
         pytest.fail("started over a foreign staging folder")
     assert "\n" not in str(error.value) and OWNER in str(error.value)
     assert (foreign / "notes.txt").read_text() == "mine"
@@ -228,14 +228,14 @@ def test_a_staging_sibling_the_project_did_not_write_is_refused_and_kept(tmp_pat
     (foreign / "notes.txt").unlink()
     (foreign / OWNER).write_text(json.dumps({"kind": GRAPHS, "target": str(target)}))
     (foreign / "part-00000.parquet").write_text("half")
-    with staged(str(target), kind=GRAPHS) as stage:
+    with staged(located(target), kind=GRAPHS) as stage:
         assert not (tmp_path / stage.uri / "part-00000.parquet").exists()
         stage.rows = 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["graphs"]
     # one of another kind (or for another target) is not ours to delete
     foreign.mkdir()
     (foreign / OWNER).write_text(json.dumps({"kind": WIKI_TABLES, "target": str(target)}))
-    with pytest.raises(ForeignFolderError), staged(str(target), kind=GRAPHS):
+    with pytest.raises(ForeignFolderError), staged(located(target), kind=GRAPHS):
         pytest.fail("deleted another kind's staging folder")
     assert (foreign / OWNER).exists()
 
@@ -244,19 +244,19 @@ def test_an_old_sibling_is_deleted_only_with_our_marker_and_restored_after_a_kil
     target, old = tmp_path / "graphs", tmp_path / ".graphs.old"
     old.mkdir()
     (old / "notes.txt").write_text("mine")
-    with pytest.raises(ForeignFolderError, match="refusing to delete"), staged(str(target), kind=GRAPHS):
+    with pytest.raises(ForeignFolderError, match="refusing to delete"), staged(located(target), kind=GRAPHS):
         pytest.fail("started over a foreign .old folder")
     assert (old / "notes.txt").read_text() == "mine"
     (old / "notes.txt").unlink()
     old.rmdir()
 
-    with staged(str(target), kind=GRAPHS) as stage:
+    with staged(located(target), kind=GRAPHS) as stage:
         _write_table(tmp_path / stage.uri, 5, "first")
         stage.rows = 5
     target.rename(old)  # killed after renaming the table aside, before renaming the new one in
-    with pytest.raises(RuntimeError, match="killed"), staged(str(target), kind=GRAPHS):
+    with pytest.raises(RuntimeError, match="killed"), staged(located(target), kind=GRAPHS):
         raise RuntimeError("killed again")
-    assert (target / "part-00000.parquet").read_text() == "first:5" and read_marker(str(target))["rows"] == 5
+    assert (target / "part-00000.parquet").read_text() == "first:5" and read_marker(located(target))["rows"] == 5
     assert not old.exists()
 
 

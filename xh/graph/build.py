@@ -174,7 +174,7 @@ def _retrieval_builder(settings: GraphsConfig, source: str, routed: Location) ->
         if fs.get_file_info(f"{path}/docs").type.name == "NotFound":
             builder = HotpotGraphBuilder({}, {}, settings)
         else:
-            builder = HotpotGraphBuilder.load(folder.uri, doc_ids, settings, folder.s3)
+            builder = HotpotGraphBuilder.load(folder, doc_ids, settings)
         questions = [i["question"] for i in items]
         outcomes = builder.build_many(questions, {i["question"]["qid"]: i["candidates"] for i in items})
         return _outcome_rows(items, outcomes, source)
@@ -187,7 +187,7 @@ def hotpot_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -
     if settings.setting == "distractor":
         if not settings.questions:
             raise FileNotFoundError("no questions given: set graphs.questions (a HotpotQA file with contexts)")
-        items, quarantined = read_distractor_questions(settings.questions, tables.s3)
+        items, quarantined = read_distractor_questions(tables.store.at(settings.questions))
         plan_items = [{"position": i.position, "question": i.question, "context": i.context} for i in items]
         return TaskPlan(plan_items, quarantined, partial(_distractor_builder, settings, settings.questions))
 
@@ -223,7 +223,7 @@ def hotpot_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -
 
 
 def _fever_builder(tables: Location, settings: FeverGraphSettings) -> ShardBuild:
-    builder = FeverGraphBuilder.load(tables.uri, settings, tables.s3)  # the page index, once per actor
+    builder = FeverGraphBuilder.load(tables, settings)  # the page index, once per actor
 
     def build(items: list[dict]):
         claims = [i["claim"] for i in items]
@@ -250,7 +250,7 @@ def fever_plan(settings: GraphsConfig, tables: Location) -> TaskPlan:
     """
     if not settings.questions:
         raise FileNotFoundError("no claims given: set graphs.questions (a FEVER claims file, JSON lines)")
-    claims, quarantined = read_fever_claims(settings.questions, tables.s3)
+    claims, quarantined = read_fever_claims(tables.store.at(settings.questions))
     items = [{"position": n, "claim": c} for n, c in enumerate(claims, start=1)]
     split = settings.claims_split
     if split != "all":  # one split: claims of the other splits are not this build's input

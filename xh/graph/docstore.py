@@ -1,6 +1,6 @@
 """Docs and links of a tables folder by doc id: a node-local, memory-mapped copy built once, read-only.
 
-    store = DocStore.open("s3://bucket/runs/demo/tables", s3)   # built on first use on this node
+    store = DocStore.open(store.at("s3://bucket/runs/demo/tables"))   # built on first use on this node
     docs, links = store.lookup({"12", "7"})   # {doc_id: (title, sentences)}, {src: [(dst, anchor, sentence)]}
 
 Graph building needs the text and the hyperlinks of a batch's candidate documents only. Filtering the
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from xh.storage import S3Settings, resolve
+from xh.store import Location, located
 
 FORMAT = 1  # bump when the files change: older copies are then rebuilt, not misread
 DOC_COLUMNS = ["doc_id", "title", "sentences"]
@@ -78,9 +78,10 @@ class DocStore:
         return self.docs.num_rows
 
     @classmethod
-    def open(cls, tables_uri: str, s3: S3Settings | None = None, cache_root: str | None = None) -> DocStore:
-        """The store of `tables_uri` on this node, built first when no process of the node has built it."""
-        key = json.dumps({"tables": tables_uri.rstrip("/"), "files": _files(tables_uri, s3), "format": FORMAT})
+    def open(cls, tables: str | Location, cache_root: str | None = None) -> DocStore:
+        """The store of `tables` on this node, built first when no process of the node has built it."""
+        tables = located(tables)
+        key = json.dumps({"tables": tables.uri.rstrip("/"), "files": _files(tables), "format": FORMAT})
         root = Path(cache_root or default_cache_root())
         folder = root / hashlib.sha256(key.encode()).hexdigest()[:24]
         if not (folder / "_done").exists():
@@ -90,7 +91,7 @@ class DocStore:
                 if not (folder / "_done").exists():
                     staging = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", dir=root))
                     try:
-                        build(tables_uri, staging, s3)
+                        build(tables, staging)
                         (staging / "_done").write_text(key)
                         shutil.rmtree(folder, ignore_errors=True)
                         os.rename(staging, folder)
@@ -142,9 +143,9 @@ class DocStore:
         return docs, links
 
 
-def _files(tables_uri: str, s3: S3Settings | None) -> list:
+def _files(tables: Location) -> list:
     """(path, size, modification time) of the docs and links tables' files: what names a copy."""
-    fs, root = resolve(tables_uri, s3)
+    fs, root = tables.fs_path()
     out = []
     for table in ("docs", "links"):
         infos = fs.get_file_info(pafs.FileSelector(f"{root}/{table}", recursive=True, allow_not_found=True))
@@ -183,11 +184,11 @@ def _resolve_rows(ids: pa.Array, hashes: np.ndarray, rows: np.ndarray, doc_ids: 
     return out
 
 
-def build(tables_uri: str, folder: str | Path, s3: S3Settings | None = None, batch_rows: int = 65536) -> None:
-    """Write the store's files (module docstring) for the tables at `tables_uri` into `folder`, reading
+def build(tables: str | Location, folder: str | Path, batch_rows: int = 65536) -> None:
+    """Write the store's files (module docstring) for the tables at `tables` into `folder`, reading
     each table once, a batch at a time."""
     folder = Path(folder)
-    fs, root = resolve(tables_uri, s3)
+    fs, root = located(tables).fs_path()
     docs_schema = pa.schema([("doc_id", pa.string()), ("title", pa.string()), ("sentences", pa.list_(pa.string()))])
     hashes = []
     with pa.OSFile(str(folder / "docs.arrow"), "wb") as sink, pa.ipc.new_file(sink, docs_schema) as writer:

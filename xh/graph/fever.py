@@ -59,7 +59,7 @@ from xh.fever import REFUTES, SUPPORTS
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats, search_shards
 from xh.retrieval.entity_linking import EntityLinker
-from xh.storage import S3Settings, join, resolve
+from xh.store import Location, located
 from xh.wiki.titles import normalize_title
 
 __all__ = [
@@ -179,17 +179,17 @@ class FeverGraphBuilder:
             self.reranker = CrossEncoder.load(settings.reranker).eval()
 
     @classmethod
-    def load(cls, tables_uri: str, settings: FeverGraphSettings, s3: S3Settings | None = None) -> FeverGraphBuilder:
-        """Read `<tables_uri>/docs` (local or s3://) and index it."""
-        fs, root = resolve(join(tables_uri, "docs"), s3)
+    def load(cls, tables: str | Location, settings: FeverGraphSettings) -> FeverGraphBuilder:
+        """Read `<tables>/docs` (local or s3://) and index it."""
+        fs, root = located(tables).join("docs").fs_path()
         try:
             docs = pq.read_table(root, filesystem=fs, schema=schemas.DOCS, columns=["doc_id", "title", "sentences"])
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"no docs table under {tables_uri}: run `xh wiki process --format fever` first"
+                f"no docs table under {tables}: run `xh wiki process --format fever` first"
             ) from None
         if not docs.num_rows:
-            raise FileNotFoundError(f"the docs table under {tables_uri} is empty")
+            raise FileNotFoundError(f"the docs table under {tables} is empty")
         return cls(docs, settings)
 
     def _build_page_index(self) -> BM25Shard:
@@ -356,18 +356,17 @@ def evidence_recall(graphs: Sequence[dict], claims: Sequence[dict]) -> dict:
 
 
 def sentence_training_examples(
-    claims_uri: str,
-    tables_uri: str,
+    claims: str | Location,
+    tables: str | Location,
     negatives_per_positive: int = 3,
     seed: int = 13,
     max_claims: int | None = None,
-    s3: S3Settings | None = None,
 ) -> list:
     """Claim-sentence training pairs of the sentence re-ranker (`rerank.claims`): a FEVER claims file
-    over the docs under `tables_uri` (`xh.retrieval.sentences.sentence_examples`)."""
+    over the docs under `tables` (`xh.retrieval.sentences.sentence_examples`)."""
     from xh.fever import read_fever_claims
     from xh.retrieval.sentences import sentence_examples
 
-    claims, _ = read_fever_claims(claims_uri, s3)
-    builder = FeverGraphBuilder.load(tables_uri, FeverGraphSettings(), s3)
-    return sentence_examples(claims[:max_claims], builder, negatives_per_positive, seed)
+    rows, _ = read_fever_claims(claims)
+    builder = FeverGraphBuilder.load(tables, FeverGraphSettings())
+    return sentence_examples(rows[:max_claims], builder, negatives_per_positive, seed)

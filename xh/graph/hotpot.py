@@ -77,7 +77,7 @@ from xh.graph.encoded import QUESTION_TYPES
 from xh.jsonfiles import InputFileError
 from xh.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
-from xh.storage import S3Settings, resolve
+from xh.store import Location, located
 from xh.wiki.titles import normalize_title
 
 EDGE_MODES = ("hyperlink", "bidirectional", "full", "sequence", "typed")
@@ -319,16 +319,15 @@ class HotpotGraphBuilder:
     @classmethod
     def load(
         cls,
-        tables_uri: str,
+        tables: str | Location,
         doc_ids: Iterable[str],
         settings: GraphsConfig,
-        s3: S3Settings | None = None,
         classifier: QuestionClassifier | None = None,
     ) -> HotpotGraphBuilder:
         """Read only the given documents from `<tables>/docs` and the links among them from `<tables>/links`."""
         import pyarrow as pa
 
-        fs, root = resolve(tables_uri, s3)
+        fs, root = located(tables).fs_path()
         wanted = pa.array(sorted(set(doc_ids)), pa.string())
         docs = pads.dataset(f"{root}/docs", filesystem=fs, format="parquet").to_table(
             columns=["doc_id", "title", "sentences"], filter=pads.field("doc_id").isin(wanted)
@@ -440,11 +439,11 @@ def distractor_items(records: list, source: str) -> tuple[list[DistractorItem], 
     return items, quarantined
 
 
-def read_distractor_questions(uri: str, s3: S3Settings | None = None) -> tuple[list[DistractorItem], list[dict]]:
-    records = load_json(uri, s3)
+def read_distractor_questions(file: str | Location) -> tuple[list[DistractorItem], list[dict]]:
+    records = load_json(file)
     if not isinstance(records, list):
-        raise InputFileError(f"{uri} is not a HotpotQA question file (a JSON array of questions)")
-    return distractor_items(records, uri)
+        raise InputFileError(f"{file} is not a HotpotQA question file (a JSON array of questions)")
+    return distractor_items(records, str(file))
 
 
 def _title_pattern(title: str) -> re.Pattern:

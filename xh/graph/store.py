@@ -1,12 +1,15 @@
 """The `graphs` table on storage: shards written by graph builders, read back without the corpus.
 
-    write_shard(graph_rows, store.at("runs/demo/graphs/hotpot"), shard=3)  # -> part-00003.parquet
-    for row in iter_graphs("runs/demo/graphs/hotpot"):                     # GRAPHS rows as dicts
+    folder = store.at("runs/demo/graphs/hotpot")                          # a Location (xh.store)
+    write_shard(graph_rows, folder, shard=3)                               # -> part-00003.parquet
+    for row in iter_graphs(folder):                                        # GRAPHS rows as dicts
         encoded = encode_graph(row, tokenizer, 512)
-    read_graphs("runs/demo/graphs/hotpot").iter_rows()                     # the same as a Ray dataset
-    rows = read_eval_set("runs/demo/graphs/hotpot-dev")                    # a small folder, all in memory
-    summary = read_summary("runs/demo/graphs/hotpot")                      # _summary.json (settings, counts)
-    missed = quarantined_qids("runs/demo/graphs/hotpot")                   # ids of questions that got no graph
+    read_graphs(folder).iter_rows()                                        # the same as a Ray dataset
+    rows = read_eval_set(store.at("runs/demo/graphs/hotpot-dev"))          # a small folder, all in memory
+    summary = read_summary(folder)                                         # _summary.json (settings, counts)
+    missed = quarantined_qids(folder)                                      # ids of questions that got no graph
+
+Each reader takes a Location, or a plain path or URI (a Location of the default store, `located`).
 
 A graphs folder holds only `part-*.parquet` files of `xh.schemas.GRAPHS` (plus `_summary.json`, which
 Parquet readers skip), so `ray.data.read_parquet(folder)` reads it as is; quarantined questions live in
@@ -25,8 +28,7 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.jsonfiles import InputFileError
-from xh.storage import S3Settings, join, resolve
-from xh.store import Location
+from xh.store import Location, located
 
 
 def shard_name(shard: int) -> str:
@@ -49,14 +51,12 @@ def clear_folder(folder: Location) -> None:
     fs.delete_dir_contents(path)
 
 
-def _existing(folder: str, s3: S3Settings | None, what: str):
+def _existing(folder: Location, what: str):
     """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`) whose
     files hold every GRAPHS column; a one-line error otherwise (`FileNotFoundError` for a build that
     failed or was interrupted, `InputFileError` for a missing column), before any worker reads it."""
-    from xh.tables import require_complete
-
-    require_complete(folder, s3, what, hint=" (run `xh graphs build` first)")
-    fs, path = resolve(folder, s3)
+    folder.require_complete(what, hint=" (run `xh graphs build` first)")
+    fs, path = folder.fs_path()
     needed = schemas.GRAPHS.names
     for fragment in pads.dataset(path, filesystem=fs, format="parquet").get_fragments():
         missing = [name for name in needed if name not in fragment.physical_schema.names]
@@ -68,48 +68,41 @@ def _existing(folder: str, s3: S3Settings | None, what: str):
     return fs, path
 
 
-def require_graphs(folder: str, s3: S3Settings | None = None, what: str = "graphs") -> None:
+def require_graphs(folder: Location | str, what: str = "graphs") -> None:
     """The checks every reader of a graphs folder makes (see `_existing`), for drivers that hand the
     folder to Ray readers of their own (training)."""
-    _existing(folder, s3, what)
+    _existing(located(folder), what)
 
 
-def _graphs_folder(folder: str, s3: S3Settings | None):
-    return _existing(folder, s3, "graphs")
-
-
-def iter_graphs(folder: str, s3: S3Settings | None = None, batch_rows: int = 256) -> Iterator[dict]:
+def iter_graphs(folder: Location | str, batch_rows: int = 256) -> Iterator[dict]:
     """GRAPHS rows of a folder as dicts, one Parquet batch in memory at a time, in file order."""
-    fs, path = _graphs_folder(folder, s3)
+    fs, path = _existing(located(folder), "graphs")
     dataset = pads.dataset(path, filesystem=fs, format="parquet", schema=schemas.GRAPHS)
     for batch in dataset.to_batches(batch_size=batch_rows):
         yield from batch.to_pylist()
 
 
-def read_graphs(folder: str, s3: S3Settings | None = None, num_cpus: float = 0.25):
+def read_graphs(folder: Location | str, num_cpus: float = 0.25):
     """A graphs folder as a Ray dataset of GRAPHS rows (for the trainer; `iter_graphs` reads it without Ray).
 
     Read tasks ask for a fraction of a CPU, so that they still run beside actors or trainers holding the rest.
     """
     import ray.data
 
-    fs, path = _graphs_folder(folder, s3)
+    fs, path = _existing(located(folder), "graphs")
     return ray.data.read_parquet(path, filesystem=fs, file_extensions=["parquet"], num_cpus=num_cpus)
 
 
-def read_eval_set(folder: str, s3: S3Settings | None = None) -> list[dict]:
+def read_eval_set(folder: Location | str) -> list[dict]:
     """Every row of a graphs folder with gold labels, in memory: what `xh promote` scores the models on."""
-    fs, path = _existing(folder, s3, "evaluation set")
+    fs, path = _existing(located(folder), "evaluation set")
     return pads.dataset(path, filesystem=fs, format="parquet").to_table().to_pylist()
 
 
-def read_summary(folder: str, s3: S3Settings | None = None) -> dict:
+def read_summary(folder: Location | str) -> dict:
     """The folder's `_summary.json` (graph settings and counts), or {} when it has none."""
-    from xh.storage import open_input
-
     try:
-        with open_input(join(folder, "_summary.json"), s3) as f:
-            return json.loads(f.read())
+        return json.loads(located(folder).join("_summary.json").read_bytes())
     except (FileNotFoundError, OSError):
         return {}
 
@@ -130,13 +123,14 @@ def qids_of_quarantine(rows: Iterable[dict], kinds: Iterable[str] | None = None)
     return list(dict.fromkeys(qids))
 
 
-def quarantined_qids(folder: str, s3: S3Settings | None = None, kinds: Iterable[str] | None = None) -> list[str]:
+def quarantined_qids(folder: Location | str, kinds: Iterable[str] | None = None) -> list[str]:
     """Ids of the questions that the build of a graphs folder quarantined (its summary names the
-    quarantine folder); [] when there is none. Evaluation counts them as misses."""
-    quarantine = read_summary(folder, s3).get("quarantine")
+    quarantine folder, reached with the folder's store); [] when there is none. Evaluation counts them as misses."""
+    folder = located(folder)
+    quarantine = read_summary(folder).get("quarantine")
     if not quarantine:
         return []
-    fs, path = resolve(quarantine, s3)
+    fs, path = folder.store.at(quarantine).fs_path()
     if fs.get_file_info(path).type.name == "NotFound":
         return []
     table = pads.dataset(path, filesystem=fs, format="parquet", schema=schemas.QUARANTINE).to_table(columns=["raw"])

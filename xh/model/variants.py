@@ -7,7 +7,7 @@ routed) and `ARCHITECTURES` maps that name to what the rest of the project needs
     batch = arch.collate(model, rows, tokenizer, cfg.model.max_node_tokens)   # `graphs` rows -> model input
     predictions = arch.predict(model, tokenizer, rows, batch_graphs=8)        # xh.inference.predict_graphs
     arch.flavour(model)                               # {"architecture": "xh", "hop_variant": "paper"}: registry
-    arch.use_corpus_cache(model, folder, s3)          # batch scoring's shared precomputed paragraphs
+    arch.use_corpus_cache(model, folder)              # batch scoring's shared precomputed paragraphs
 
 Every architecture takes the same `graphs` rows, returns a loss from `model(batch)`, saves with
 `save_pretrained` and predicts with the same prediction keys, so that training, the registry,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -31,6 +31,9 @@ from xh.model.predict import predict_xh
 from xh.model.routed import ROUTED_TYPES, RoutedModel, routed_types
 from xh.model.saved import load_tokenizer
 from xh.model.xh import XHModel
+
+if TYPE_CHECKING:
+    from xh.store import Location
 
 
 class Architecture(Protocol):
@@ -49,7 +52,7 @@ class Architecture(Protocol):
 
     def flavour(self, model) -> dict[str, str]: ...
 
-    def use_corpus_cache(self, model, folder: str, s3=None) -> None: ...
+    def use_corpus_cache(self, model, folder: str | Location) -> None: ...
 
 
 class XH:
@@ -78,7 +81,7 @@ class XH:
     def flavour(self, model) -> dict[str, str]:
         return {"architecture": "xh", "hop_variant": model.cfg.hop_variant}
 
-    def use_corpus_cache(self, model, folder: str, s3=None) -> None:
+    def use_corpus_cache(self, model, folder: str | Location) -> None:
         """Nothing to precompute: XH reads each paragraph with its question."""
 
 
@@ -105,8 +108,8 @@ class DocHopperArchitecture:
     def flavour(self, model) -> dict[str, str]:
         return {"architecture": "dochopper"}
 
-    def use_corpus_cache(self, model, folder: str, s3=None) -> None:
-        model.corpus_cache = CorpusCache(folder, s3)
+    def use_corpus_cache(self, model, folder: str | Location) -> None:
+        model.corpus_cache = CorpusCache(folder)
 
 
 class Routed:
@@ -143,7 +146,7 @@ class Routed:
     def flavour(self, model) -> dict[str, str]:
         return architecture(model.models[ROUTED_TYPES[0]][0]).flavour(model.models[ROUTED_TYPES[0]][0])
 
-    def use_corpus_cache(self, model, folder: str, s3=None) -> None:
+    def use_corpus_cache(self, model, folder: str | Location) -> None:
         """XH models only: nothing to precompute."""
 
 

@@ -27,7 +27,6 @@ def evaluation_set(store: Store, name: str, version: str, eval_set: Location | N
     from xh.tracking import dataset_ref
     from xh.train.split import dev_set, dev_uri, recorded_split, shared_questions
 
-    s3 = store.s3
     run_id = mlflow.MlflowClient().get_model_version(name, version).run_id or ""
     record = recorded_split(run_id)
     what = f"{name} version {version}"
@@ -41,7 +40,7 @@ def evaluation_set(store: Store, name: str, version: str, eval_set: Location | N
         uri, folder = dev_uri(record), record["dev_graphs"] or record["graphs"]
         profile = {"split": "dev", "dev_fraction": record["dev_fraction"], "question_types": record["question_types"]}
     else:
-        rows, missed = read_eval_set(eval_set.uri, s3), quarantined_qids(eval_set.uri, s3)
+        rows, missed = read_eval_set(eval_set), quarantined_qids(eval_set)
         if record is not None:
             qids = {r["qid"] for r in rows}
             shared = shared_questions(record, qids, store)
@@ -78,7 +77,7 @@ def eval_graph_drift(name: str, version: str, folder: Location, allow_drift: boo
     if found is None:
         return None
     theirs = found[0]["graphs"]
-    summary = read_summary(folder.uri, folder.s3)
+    summary = read_summary(folder)
     built = summary.get("settings", {}) | {k: summary[k] for k in ("task", "edge_mode") if k in summary}
     drift = {}
     for key in GRAPH_KNOBS:

@@ -62,7 +62,7 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     from xh.tracking import configure, environment_tags
 
     graphs = graphs_uri if isinstance(graphs_uri, Location) else Store.from_config(cfg).at(graphs_uri)
-    configure(cfg.mlflow, graphs.s3)
+    configure(cfg.mlflow, graphs.store)
     staging = tempfile.TemporaryDirectory(prefix="xh-version-")
     model_dir = with_pipeline(model_dir, staging.name, cfg, graphs)
     model, _ = load_model(model_dir)
@@ -113,7 +113,7 @@ def with_pipeline(model_dir: str, staging: str, cfg: XHConfig, graphs: Location)
 
     folder = Path(staging) / "model"
     shutil.copytree(model_dir, folder)
-    record, copies = pipeline_record(cfg, read_summary(graphs.uri, graphs.s3))
+    record, copies = pipeline_record(cfg, read_summary(graphs))
     target = folder / PIPELINE_DIR
     target.mkdir()
     for name, uri in copies.items():

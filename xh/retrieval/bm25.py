@@ -82,7 +82,7 @@ import scipy.sparse as sp
 
 from xh import storage
 from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, AnalyzerMismatchError
-from xh.store import located
+from xh.store import Location, located
 
 __all__ = [
     "BM25Params",
@@ -611,7 +611,7 @@ class BM25Shard:
             },
         }
 
-    def save(self, where: storage.Location | str) -> dict:
+    def save(self, where: Location | str) -> dict:
         """Write the shard under `where` (a folder; local or s3://); returns the manifest written.
 
         Files: terms.parquet (term, df in the whole corpus), docs.parquet (doc_id, length), indptr.npy (int64),
@@ -643,7 +643,7 @@ class BM25Shard:
         return manifest
 
     @classmethod
-    def load(cls, where: storage.Location | str, analyzer: Analyzer | None = None) -> BM25Shard:
+    def load(cls, where: Location | str, analyzer: Analyzer | None = None) -> BM25Shard:
         """Read a saved shard. With `analyzer`, refuse a shard built with another one
         (`AnalyzerMismatchError`); without, use the analyzer the manifest records.
 
@@ -651,7 +651,7 @@ class BM25Shard:
         """
         where = located(where)
         uri = where.uri
-        files = _ShardFiles(uri, where.s3)
+        files = _ShardFiles(where)
         manifest = files.manifest()
         try:
             recorded, shard, p = manifest["analyzer"], manifest["shard"], manifest["params"]
@@ -693,9 +693,9 @@ class BM25Shard:
 class _ShardFiles:
     """Reads the files of a saved shard, checking each against the manifest; errors name the file."""
 
-    def __init__(self, uri: str, s3: storage.S3Settings | None) -> None:
-        self.uri = uri
-        self.fs, self.root = storage.resolve(uri, s3)
+    def __init__(self, where: Location) -> None:
+        self.uri = where.uri
+        self.fs, self.root = where.fs_path()
         self.files: dict = {}
 
     def where(self, name: str) -> str:

@@ -10,7 +10,7 @@ middle steps):
     ranges = doc_ranges(docs, shards=4)                                    # contiguous doc ranges
     stats = CorpusStats.merge(range_stats(r, index_titles=True, store=store) for r in ranges)
     with staged_index(index, inputs={...}) as stage:                       # built aside, swapped in whole
-        building = store.at(stage.uri)
+        building = stage.location
         entries = [build_shard(r, stats, building, index_titles=True) for r in ranges]
         write_manifest(building, stats, entries, docs_uri="runs/demo/tables", index_titles=True)
         stage.rows = stats.num_docs

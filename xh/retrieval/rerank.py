@@ -250,7 +250,7 @@ def training_examples(r: RerankConfig, tables: Location | str) -> list[Example]:
     the settings name are reached through the tables' store."""
     tables = located(tables)
     if r.questions:
-        records = load_json(r.questions, tables.s3)
+        records = load_json(tables.store.at(r.questions))
         if not isinstance(records, list):
             raise ConfigError(f"{r.questions} is not a HotpotQA question file (a JSON array of questions)")
         records = [rec for rec in records[: r.max_questions] if isinstance(rec, dict) and rec.get("question")]

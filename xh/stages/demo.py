@@ -267,21 +267,18 @@ def split_claims(cfg: XHConfig, store: Store) -> dict:
     claims without labels (the day's new claims for batch scoring)."""
     from xh.fever import write_claim_split
 
-    claims, g = str(store.at(locations.world(cfg), "fever", "claims.jsonl")), cfg.graphs
+    claims, g = store.at(locations.world(cfg), "fever", "claims.jsonl"), cfg.graphs
     out = store.at(locations.evaluation(cfg))
-    paths = {"train": str(out.join("train-claims.jsonl")), "test": str(out.join("test-claims.jsonl"))}
+    paths = {"train": out.join("train-claims.jsonl"), "test": out.join("test-claims.jsonl")}
     counts = {
-        split: write_claim_split(claims, split, path, g.dev_fraction, g.test_fraction, s3=store.s3)
-        for split, path in paths.items()
+        split: write_claim_split(claims, split, path, g.dev_fraction, g.test_fraction) for split, path in paths.items()
     }
     incoming = store.under_root("incoming-claims")
-    write_claim_split(
-        claims, "test", str(incoming.join("claims.jsonl")), g.dev_fraction, g.test_fraction, labels=False, s3=store.s3
-    )
+    write_claim_split(claims, "test", incoming.join("claims.jsonl"), g.dev_fraction, g.test_fraction, labels=False)
     return {
-        "all": claims,
+        "all": str(claims),
         "incoming": str(incoming),
-        **{split: {"path": paths[split], "claims": counts[split]} for split in paths},
+        **{split: {"path": str(paths[split]), "claims": counts[split]} for split in paths},
     }
 
 
@@ -314,7 +311,7 @@ def promote_fever(cfg: XHConfig, store: Store, dev_graphs: str) -> dict:
     from xh.registry import promote
 
     p = cfg.promote
-    rows = read_eval_set(dev_graphs, store.s3)
+    rows = read_eval_set(store.at(dev_graphs))
     return promote(cfg.train.register_as, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task="fever")
 
 

@@ -28,7 +28,7 @@ from xh.graph import store as graph_store
 from xh.graph.build import ShardBuilder, TaskPlan, make_plan, route_file, shard_docs, summarize
 from xh.storage import join
 from xh.store import Location, Store
-from xh.tables import GRAPHS, GRAPHS_QUARANTINE, check_replaceable
+from xh.tables import GRAPHS, GRAPHS_QUARANTINE
 from xh.tracking import flatten_numbers
 
 ROUTED = "_routed"  # the docs and links routed to each shard, inside the staging output; removed when built
@@ -57,8 +57,8 @@ def plan(cfg: XHConfig, store: Store) -> TaskPlan:
     """The task's plan; a missing or incomplete input, or an output the stage may not replace, is a
     one-line error here, before any Ray work."""
     g, p = cfg.graphs, places(cfg, store)
-    check_replaceable(p["output"].uri, store.s3, GRAPHS)
-    check_replaceable(p["quarantine"].uri, store.s3, GRAPHS_QUARANTINE)
+    p["output"].check_replaceable(GRAPHS)
+    p["quarantine"].check_replaceable(GRAPHS_QUARANTINE)
     if g.task == "fever" or g.setting == "retrieval":
         p["tables"].require_complete("wiki tables", hint=": run `xh wiki process` first")
     if g.task == "hotpot" and g.setting == "retrieval":
@@ -77,11 +77,11 @@ def build(cfg: XHConfig, store: Store, plan: TaskPlan) -> dict:
         p["output"].staged(kind=GRAPHS, stage="graphs", inputs=inputs) as out,
         p["quarantine"].staged(kind=GRAPHS_QUARANTINE, stage="graphs", inputs=inputs) as quarantine,
     ):
-        summary = _build(g, plan, store.at(out.uri), store.at(quarantine.uri))
+        summary = _build(g, plan, out.location, quarantine.location)
         summary.update(
             output=p["output"].uri, quarantine=p["quarantine"].uri, seconds=round(time.perf_counter() - start, 3)
         )
-        store.at(out.uri, "_summary.json").write_bytes(json.dumps(summary, indent=1).encode())
+        out.location.join("_summary.json").write_bytes(json.dumps(summary, indent=1).encode())
         out.rows, quarantine.rows = summary["graphs"], summary["quarantined"]
     log(f"{summary['graphs']:,} graphs, {summary['quarantined']:,} quarantined in {summary['seconds']} s")
     return summary

@@ -42,8 +42,8 @@ def prepare(cfg: XHConfig, store: Store) -> Plan:
 
     p = cfg.promote
     if p.eval_set:
-        require_graphs(p.eval_set, store.s3, "evaluation set")
-    configure(cfg.mlflow, store.s3)
+        require_graphs(store.at(p.eval_set), "evaluation set")
+    configure(cfg.mlflow, store)
     challenger = registry.alias_version(p.model, "challenger")
     if challenger is None:
         return Plan(None)
@@ -67,7 +67,7 @@ def run(cfg: XHConfig, store: Store, plan: Plan | None = None) -> dict:
     rows = held["rows"]
     task = rows[0]["task"] if rows else "hotpot"
     tags = {"model_name": p.model, "challenger": plan.challenger}
-    with stage_run(cfg, "promote", run_name=f"promote-{p.model}", s3=store.s3, tags=tags) as decision_run:
+    with stage_run(cfg, "promote", run_name=f"promote-{p.model}", store=store, tags=tags) as decision_run:
         log_datasets([(held["dataset"], "evaluation")])
         decision = registry.promote(
             p.model,
@@ -96,5 +96,5 @@ def run(cfg: XHConfig, store: Store, plan: Plan | None = None) -> dict:
 
 def rollback(cfg: XHConfig, store: Store) -> dict:
     """Give `@champion` of `promote.model` back to the version the last promotion replaced."""
-    configure(cfg.mlflow, store.s3)
+    configure(cfg.mlflow, store)
     return registry.rollback(cfg.promote.model)

@@ -58,8 +58,8 @@ def prepare(cfg: XHConfig, store: Store) -> Plan:
     if r.claims:  # FEVER: claim-sentence pairs for the sentence re-ranker (xh.retrieval.sentences)
         from xh.graph.fever import sentence_training_examples
 
-        args = (r.negatives_per_positive, r.seed, r.max_questions, store.s3)
-        examples = sentence_training_examples(r.claims, tables.uri, *args)
+        args = (r.negatives_per_positive, r.seed, r.max_questions)
+        examples = sentence_training_examples(store.at(r.claims), tables, *args)
     else:
         examples = training_examples(r, tables)
     units, per_step, unit = training_units(r, examples)

@@ -76,7 +76,7 @@ def index(cfg: XHConfig, store: Store) -> dict:
     inputs = {"tables": tables.uri, "tables_marker": marker, "shards": r.shards, "titles": r.index_titles}
     with staged_index(target, inputs=inputs) as stage:  # refuses a folder it may not replace
         log.info(f"indexing {sum(g['num_docs'] for g in ranges):,} docs in {len(ranges)} shard(s) -> {target}")
-        stats, shards = _build_index(ranges, store.at(stage.uri), tables, r.index_titles)
+        stats, shards = _build_index(ranges, stage.location, tables, r.index_titles)
         stage.rows = stats.num_docs
     return {
         "index": target.uri,
@@ -168,8 +168,8 @@ def run(cfg: XHConfig, store: Store) -> dict:
     that fails at any point leaves the previous run's folder (and its `_complete.json`) as it was."""
     check_inputs(cfg, store)
     with _staged_output(cfg, store) as stage:
-        questions = write_questions(cfg, store, store.at(stage.uri))
-        summary = {"questions": questions, **candidates(cfg, store, store.at(stage.uri))}
+        questions = write_questions(cfg, store, stage.location)
+        summary = {"questions": questions, **candidates(cfg, store, stage.location)}
         stage.rows = questions["questions"]
     return summary
 
@@ -183,10 +183,10 @@ def write_questions(cfg: XHConfig, store: Store, output: Location | None = None)
         raise FileNotFoundError(NO_QUESTIONS)
     if output is None:
         with _staged_output(cfg, store) as stage:
-            counts = write_questions(cfg, store, store.at(stage.uri))
+            counts = write_questions(cfg, store, stage.location)
             stage.rows = counts["questions"]
         return counts
-    rows, quarantined = read_hotpot_questions(cfg.retrieve.questions, store.s3)
+    rows, quarantined = read_hotpot_questions(store.at(cfg.retrieve.questions))
     fs, out = output.fs_path()
     for name, schema, table_rows in (
         ("questions", schemas.QUESTIONS, rows),
@@ -371,7 +371,7 @@ def paths(cfg: XHConfig, store: Store) -> dict:
     check_paths_inputs(cfg, store)
     built = ensure_index(cfg, store)
     check_inputs(cfg.model_copy(update={"retrieve": r.model_copy(update={"path_scorer": None})}), store)
-    read, quarantined = read_hotpot_questions(r.questions, store.s3)
+    read, quarantined = read_hotpot_questions(store.at(r.questions))
     # a pair is learnt from two supporting-fact titles: the others are counted, not used
     rows = [q for q in read if len({f["title"] for f in q.get("supporting_facts") or []}) == 2]
     if not rows:
@@ -379,7 +379,7 @@ def paths(cfg: XHConfig, store: Store) -> dict:
     start = time.perf_counter()
     output = store.at(locations.path_scorer(cfg))
     log.info(f"path scorer: features of {len(rows):,} questions, training -> {output}")
-    with stage_run(cfg, "retrieve", run_name="path-scorer", s3=store.s3) as tracked:
+    with stage_run(cfg, "retrieve", run_name="path-scorer", store=store) as tracked:
         task = ray.remote(num_cpus=r.cpus_per_worker)(_fit_path_scorer)
         scorer = ray.get(task.remote(_index(cfg, store), _tables(cfg, store), r, rows))["scorer"]
         scorer.save(output)

@@ -143,15 +143,15 @@ def _settings(cfg: XHConfig, model: dict, places: Places, snapshot: str) -> dict
 # --- the stages' work: Ray Data batches ------------------------------------------------------------
 
 
-def parse_files(batch: dict, s3=None, limits: InputLimits | None = None) -> pa.Table:
-    """Ray Data: a batch of file URIs -> their questions (with the file and position each came from)
-    and quarantined records. The task reads the raw bytes itself: Ray's readers decompress by extension
-    and fail a whole run on a truncated .bz2."""
-    rows = []
+def parse_files(batch: dict, store: Store | None = None, limits: InputLimits | None = None) -> pa.Table:
+    """Ray Data: a batch of file URIs (of `store`, default: the environment's) -> their questions (with the
+    file and position each came from) and quarantined records. The task reads the raw bytes itself: Ray's
+    readers decompress by extension and fail a whole run on a truncated .bz2."""
+    rows, store = [], store or Store()
     for uri in map(str, batch["uri"]):
         try:
             questions, quarantined = parse_question_file(
-                uri, read_bytes(uri, s3), limits or InputLimits(), located=True
+                uri, read_bytes(store.at(uri)), limits or InputLimits(), located=True
             )
         except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
             questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
@@ -198,14 +198,14 @@ class _InferenceActor:
         block: int,
         threads: int | None,
         mlflow_cfg,
-        s3,
-        corpus_cache: str | None = None,
+        store: Store,
+        corpus_cache: Location | None = None,
     ):
         import torch
 
         if threads:  # Ray gives a fractional-CPU actor one thread
             torch.set_num_threads(threads)
-        configure(mlflow_cfg, s3)
+        configure(mlflow_cfg, store)
         # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
         # window pads less (`xh.inference.predict_graphs`)
         self.pipeline = Pipeline.load(
@@ -218,7 +218,7 @@ class _InferenceActor:
 
         if corpus_cache:
             # DocHopper's paragraph embeddings of this version and corpus snapshot, shared by every actor and run
-            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache, s3)
+            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
@@ -230,7 +230,7 @@ class _InferenceActor:
 # --- the three stages as Ray Datasets --------------------------------------------------------------
 
 
-def _parse(inputs: list[str], s3, limits: InputLimits):
+def _parse(inputs: list[str], store: Store, limits: InputLimits):
     """The files' rows, each id scored once: parsed one file a task, then the ids found in several files
     gathered by one task (ids and file names only) and their earlier files' rows quarantined."""
     import ray
@@ -239,7 +239,7 @@ def _parse(inputs: list[str], s3, limits: InputLimits):
 
     files = ray.data.from_items([{"uri": uri} for uri in inputs], override_num_blocks=len(inputs))
     parsed = files.map_batches(
-        parse_files, fn_kwargs={"s3": s3, "limits": limits}, batch_size=1, batch_format="numpy", num_cpus=0.25
+        parse_files, fn_kwargs={"store": store, "limits": limits}, batch_size=1, batch_format="numpy", num_cpus=0.25
     ).materialize()
     if len(inputs) < 2:
         return parsed
@@ -278,12 +278,11 @@ def _graphs(parsed: Location, cfg: XHConfig, places: Places):
         compute=ActorPoolStrategy(size=sc.workers),
         num_cpus=sc.cpus_per_worker,
         fn_constructor_kwargs={
-            "index": places.index.uri,
-            "tables": places.tables.uri,
+            "index": places.index,
+            "tables": places.tables,
             "retrieval": retrieval,
             "graph": graph,
             "classifier": sc.question_classifier,
-            "s3": places.index.s3,
         },
     )
 
@@ -318,7 +317,7 @@ def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
         _InferenceActor,
         **model_pool(sc, use_gpu),
         fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, job.cfg.mlflow),
-        fn_constructor_kwargs={"s3": graphs.s3, "corpus_cache": cache.uri},
+        fn_constructor_kwargs={"store": graphs.store, "corpus_cache": cache},
     )
 
 
@@ -413,17 +412,17 @@ class ScoreJob:
 def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
     """Everything a run decides before Ray starts, so that a bad input, path scorer or model URI is one line
     and exit 2 with no cluster started: the input files, the model version and its pipeline, the places."""
-    cfg, s3 = absolute_tracking(cfg), store.s3
+    cfg = absolute_tracking(cfg)
     sc = cfg.score
     parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
     if not sc.input:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
-    inputs = question_files(dated_input(sc.input, run_date), s3)
+    inputs = question_files(store.at(dated_input(sc.input, run_date)))
     # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
     if cfg.retrieve.path_scorer:
         PathScorer.load(store.at(cfg.retrieve.path_scorer))
-    configure(cfg.mlflow, s3)
+    configure(cfg.mlflow, store)
     model = resolve_model(sc.model)
     given = cfg.retrieve.path_scorer
     cfg, drift = version_pipeline(cfg, model, store)
@@ -447,7 +446,7 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     """The stages over the job's files and the publish of their rows (and record) into the partition."""
     import ray
 
-    cfg, places, s3 = job.cfg, job.places, job.store.s3
+    cfg, places = job.cfg, job.places
     sc, inputs = cfg.score, list(job.digests)
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     files = [job.store.at(uri) for uri in inputs]
@@ -456,7 +455,7 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-    parsed = stages.run("parse", lambda: _parse(inputs, s3, limits), schema=PARSED)
+    parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
     graphs = stages.run(
         "graphs", lambda: _graphs(parsed, cfg, places) if usable_rows(parsed) else _no_rows(GRAPHS), schema=GRAPHS
     )

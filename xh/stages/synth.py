@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import logging
 import time
-from functools import partial
 
 from xh import locations, synth
 from xh.config import XHConfig
-from xh.store import Location, Store
+from xh.store import Store
 
 log = logging.getLogger("xh.synth").info
-
-
-def _open_output(world: Location, relative_path: str):
-    return world.join(relative_path).open_output()
 
 
 def run(cfg: XHConfig, store: Store) -> dict:
@@ -29,7 +24,7 @@ def run(cfg: XHConfig, store: Store) -> dict:
     s = cfg.synth
     spec = synth.WorldSpec(num_docs=s.num_docs, seed=s.seed)
     world = store.at(locations.world(cfg))
-    output = partial(_open_output, world)
+    output = synth.output_under(world)
     start = time.perf_counter()
 
     @ray.remote(num_cpus=1)

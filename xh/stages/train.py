@@ -48,7 +48,7 @@ class Job:
         cfg = absolute_tracking(cfg)
         graphs = store.at(locations.graphs(cfg, cfg.model.task, cfg.train.graphs))
         for folder in filter(None, (graphs.uri, cfg.train.dev_graphs)):
-            require_graphs(folder, store.s3)
+            require_graphs(store.at(folder))
         BatchLayout.of(cfg)
         storage = store.at(locations.train_storage(cfg))
         if not storage.is_s3:
@@ -188,7 +188,7 @@ def record_split(job: Job, run_id: str) -> None:
     from xh.tracking import configure
     from xh.train.split import SPLIT_ARTIFACT
 
-    configure(job.cfg.mlflow, job.store.s3)
+    configure(job.cfg.mlflow, job.store)
     mlflow.MlflowClient().log_dict(run_id, job.split(), SPLIT_ARTIFACT)
 
 

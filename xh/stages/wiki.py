@@ -27,7 +27,7 @@ from collections.abc import Callable
 from xh import locations
 from xh.config import XHConfig
 from xh.store import Location, Store
-from xh.tables import WIKI_TABLES, check_replaceable
+from xh.tables import WIKI_TABLES
 from xh.wiki import process
 
 log = logging.getLogger("xh.wiki").info
@@ -39,7 +39,7 @@ def check(cfg: XHConfig, store: Store) -> None:
     """What stops the stage before any Ray work, in one line: no dump, a missing one, or an output folder
     the stage may not replace."""
     process.input_files([store.at(uri) for uri in cfg.wiki.inputs], cfg.wiki.format)
-    check_replaceable(locations.tables(cfg, cfg.wiki.output), store.s3, WIKI_TABLES)
+    store.at(locations.tables(cfg, cfg.wiki.output)).check_replaceable(WIKI_TABLES)
 
 
 def run(cfg: XHConfig, store: Store, *, local: bool = False) -> dict:
@@ -75,7 +75,7 @@ def write_tables(
     files = process.input_files(inputs, fmt)
     fingerprint = {"format": fmt, "files": [f.uri for f in files]}
     with output.staged(kind=WIKI_TABLES, stage="wiki", inputs=fingerprint) as stage:
-        where = output.store.at(stage.uri)
+        where = stage.location
         start = time.perf_counter()
         process.clear_output(where)
         log(f"reading {len(files)} {fmt} file(s) with {1 if local else min(workers, len(files))} worker(s) -> {output}")

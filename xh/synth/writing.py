@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
-from typing import IO
+from functools import partial
+from typing import IO, TYPE_CHECKING
 
 from xh.synth.claims import make_claims
 from xh.synth.formats import fever_page_record, hotpot_record, link_rows
@@ -24,14 +25,22 @@ from xh.synth.layout import WorldSpec, kind_counts
 from xh.synth.pages import page
 from xh.synth.questions import make_questions
 
+if TYPE_CHECKING:
+    from xh.store import Location
+
 OpenOutput = Callable[[str], AbstractContextManager[IO[bytes]]]
 
 
-def output_under(root: str, s3=None) -> OpenOutput:
-    """An `open_output` writing under a storage URI (local folder or s3://bucket/prefix)."""
-    from xh.storage import join, open_output
+def output_under(root: str | Location) -> OpenOutput:
+    """An `open_output` writing under a Location, or a storage URI (local folder or s3://bucket/prefix)
+    reached with the environment's S3 settings."""
+    from xh.store import located
 
-    return lambda relative_path: open_output(join(root, relative_path), s3)
+    return partial(_open_under, located(root))
+
+
+def _open_under(root: Location, relative_path: str):
+    return root.join(relative_path).open_output()
 
 
 def wiki_shard_path(shard: int) -> str:

@@ -71,7 +71,7 @@ def graph_settings(graphs: Location) -> dict:
     """The settings the graphs table was built with (its `_summary.json`), logged with the training run."""
     from xh.graph.store import read_summary
 
-    summary = read_summary(graphs.uri, graphs.s3)
+    summary = read_summary(graphs)
     settings = {k: summary[k] for k in ("task", "setting", "edge_mode") if k in summary}
     return settings | summary.get("settings", {}) | {"table": graphs.uri}
 

@@ -71,7 +71,7 @@ def _questions(folder: Location) -> list[dict]:
 
     from xh.graph.store import require_graphs
 
-    require_graphs(folder.uri, folder.s3)
+    require_graphs(folder)
     fs, path = folder.fs_path()
     table = pads.dataset(path, filesystem=fs, format="parquet").to_table(columns=["qid", "question_type"])
     return table.to_pylist()
@@ -104,10 +104,11 @@ def dev_missed(record: dict, store: Store | None = None) -> list[str]:
     its `type` when the data gave one)."""
     from xh.graph.store import quarantined_qids
 
-    kinds, s3 = record.get("question_types"), (store or Store()).s3
+    kinds, store = record.get("question_types"), store or Store()
     if record.get("dev_graphs"):
-        return quarantined_qids(record["dev_graphs"], s3, kinds)
-    return [q for q in quarantined_qids(record["graphs"], s3, kinds) if in_dev_split(q, record["dev_fraction"])]
+        return quarantined_qids(store.at(record["dev_graphs"]), kinds)
+    graphs = quarantined_qids(store.at(record["graphs"]), kinds)
+    return [q for q in graphs if in_dev_split(q, record["dev_fraction"])]
 
 
 def dev_set(record: dict, store: Store | None = None) -> tuple[list[dict], list[str]]:
@@ -115,13 +116,13 @@ def dev_set(record: dict, store: Store | None = None) -> tuple[list[dict], list[
     from xh.graph.store import read_eval_set
 
     store = store or Store()
-    kinds, s3 = record.get("question_types"), store.s3
+    kinds = record.get("question_types")
     if record.get("dev_graphs"):
-        rows = _of_kinds(read_eval_set(record["dev_graphs"], s3), kinds)
+        rows = _of_kinds(read_eval_set(store.at(record["dev_graphs"])), kinds)
     else:
         rows = [
             r
-            for r in _of_kinds(read_eval_set(record["graphs"], s3), kinds)
+            for r in _of_kinds(read_eval_set(store.at(record["graphs"])), kinds)
             if in_dev_split(r["qid"], record["dev_fraction"])
         ]
     return rows, dev_missed(record, store)

@@ -214,6 +214,6 @@ def test_each_architecture_is_found_by_its_name_and_its_saved_folder(tiny_backbo
 
     # batch scoring hands every model its shared cache folder: DocHopper uses it, XH has nothing to cache
     architecture(hopper).use_corpus_cache(hopper, str(tmp_path / "cache"))
-    assert hopper.corpus_cache.folder == str(tmp_path / "cache")
+    assert hopper.corpus_cache.folder.uri == str(tmp_path / "cache")
     architecture(xh).use_corpus_cache(xh, str(tmp_path / "cache"))
     assert not hasattr(xh, "corpus_cache")

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from xh.store import Location
 
 
 def pool_sentences(hidden: torch.Tensor, sentence_ids: torch.Tensor, slots: int, pooling: str = "mean") -> torch.Tensor:
@@ -57,7 +61,7 @@ class CorpusCache:
     """Sentence embeddings of paragraphs, by content (a hash of title and sentences), for one model's weights.
 
     In memory by default (`DocHopper.corpus_cache`; emptied when the model goes back to training);
-    with `folder` (local or s3://) also on storage: every `flush` writes the entries added since as one
+    with `folder` (a Location, or a local path or s3:// URI) also on storage: every `flush` writes the entries added since as one
     more safetensors file there, and a new cache on the same folder starts with all of them. Batch
     scoring gives each model version and corpus snapshot a folder of its own (`workflows.score`), so a
     paragraph is encoded once per snapshot, whichever actor or run meets it first.
@@ -67,8 +71,10 @@ class CorpusCache:
         model.predict_rows(rows)            # encodes what the cache lacks, then writes it (flush)
     """
 
-    def __init__(self, folder: str | None = None, s3=None):
-        self.folder, self.s3 = folder, s3
+    def __init__(self, folder: str | Location | None = None):
+        from xh.store import located
+
+        self.folder = located(folder) if folder is not None else None
         self.entries: dict[str, torch.Tensor] = {}
         self.new: dict[str, torch.Tensor] = {}
         self.hits = self.encoded = 0
@@ -108,21 +114,17 @@ class CorpusCache:
 
         from safetensors.torch import save
 
-        from xh.storage import join, open_output
-
-        with open_output(join(self.folder, f"part-{uuid.uuid4().hex}.safetensors"), self.s3) as out:
-            out.write(save({k: t.contiguous() for k, t in self.new.items()}))
+        self.folder.join(f"part-{uuid.uuid4().hex}.safetensors").write_bytes(
+            save({k: t.contiguous() for k, t in self.new.items()})
+        )
         self.new.clear()
 
     def _load(self) -> None:
         from safetensors.torch import load
 
-        from xh.storage import list_files, open_input
-
         try:
-            files = list_files(self.folder, self.s3, suffix=".safetensors")
+            files = self.folder.files(suffix=".safetensors")
         except FileNotFoundError:  # nothing cached for this snapshot yet
             return
         for uri in files:
-            with open_input(uri, self.s3) as f:
-                self.entries.update(load(f.read()))
+            self.entries.update(load(self.folder.store.at(uri).read_bytes()))
