@@ -102,22 +102,6 @@ def tiny_backbone(folder: Path) -> str:
     return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
 
-def truncated_backbone(source: str, layers: int, folder: Path, half: bool = False) -> str:
-    """The pretrained backbone with its first `layers` layers only (a smaller, still pretrained encoder);
-    `half`: fp16 weights, to carry it (the bench casts the model back to fp32)."""
-    from transformers import AutoModel, AutoTokenizer
-
-    model = AutoModel.from_pretrained(source)
-    if 0 < layers < model.config.num_hidden_layers:
-        model.encoder.layer = model.encoder.layer[:layers]
-        model.config.num_hidden_layers = layers
-    if half:
-        model = model.half()
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
-    return str(folder)
-
-
 # --- scoring --------------------------------------------------------------------------------------------
 
 
@@ -467,7 +451,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     args.device = torch.device(args.device)
     began = time.perf_counter()
-    from xh.backbones import resolve_backbone
+    from xh.backbones import resolve_backbone, truncated_backbone
 
     if args.tiny:
         args.backbone_path = tiny_backbone(out / "tiny")

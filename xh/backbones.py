@@ -102,3 +102,20 @@ def random_backbone(
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def truncated_backbone(source: str, layers: int, folder: str | Path, half: bool = False) -> str:
+    """The pretrained backbone `source` with its first `layers` layers only, saved as a `from_pretrained`
+    folder with its tokenizer: a smaller encoder that keeps the pretrained lower layers (CPU benches and
+    science tests). `half`: fp16 weights, to carry it (a reader casts the model back to fp32)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(source)
+    if 0 < layers < model.config.num_hidden_layers:
+        model.encoder.layer = model.encoder.layer[:layers]
+        model.config.num_hidden_layers = layers
+    if half:
+        model = model.half()
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return str(folder)

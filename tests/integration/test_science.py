@@ -22,9 +22,8 @@ steps of 4 graphs, 93 dev graphs): K = 3 EM 0.366 / F1 0.382 against K = 0 EM 0.
 2 to 6 minutes per model on 2 shared cores. `pytest -s` prints the figures of a run.
 
 The generator of this world for larger runs is `xh.synth.question_graph_rows` (`bench/science.py`). Its
-FEVER counterpart (`xh.synth.make_evidence_claims`: claims whose verdict needs two linked pages) has no
-test here: at 600 and 2,000 steps plain XH stays at chance on its multi-evidence claims, K = 3 as K = 0,
-so there is no margin to assert (docs/results.md, Variants).
+FEVER counterpart (`xh.synth.make_evidence_claims`: claims whose verdict needs two linked pages) is
+checked in `test_science_fever.py`.
 """
 
 from __future__ import annotations
