@@ -226,12 +226,14 @@ def tiny_backbone(make_tiny_backbone) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests under tests/unit and tests/integration get their folder's marker; GPU tests skip without CUDA."""
+    """Tests under tests/unit and tests/integration (and their subfolders) get that folder's marker; GPU
+    tests skip without CUDA. Files marked `slow` run first: with `make test`'s two processes, the longest
+    files then start at once instead of finishing last on one process while the other is idle."""
     cuda = None
     for item in items:
-        folder = Path(str(item.fspath)).parent.name
-        if folder in ("unit", "integration", "e2e"):
-            item.add_marker(getattr(pytest.mark, "integration" if folder == "e2e" else folder))
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts[0] in ("unit", "integration", "e2e") and len(parts) > 1:
+            item.add_marker(getattr(pytest.mark, "integration" if parts[0] == "e2e" else parts[0]))
         if item.get_closest_marker("gpu"):
             if cuda is None:
                 import torch
@@ -239,6 +241,7 @@ def pytest_collection_modifyitems(config, items):
                 cuda = torch.cuda.is_available()
             if not cuda:
                 item.add_marker(pytest.mark.skip(reason="needs CUDA"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: a file's order is kept
 
 
 @pytest.fixture(scope="session")
