@@ -227,8 +227,8 @@ def tiny_backbone(make_tiny_backbone) -> str:
 
 def pytest_collection_modifyitems(config, items):
     """Tests under tests/unit and tests/integration (and their subfolders) get that folder's marker; GPU
-    tests skip without CUDA. Files marked `slow` run first: with `make test`'s two processes, the longest
-    files then start at once instead of finishing last on one process while the other is idle."""
+    tests skip without CUDA. Files marked `slow` run first: with two test processes (`TEST_WORKERS=2`),
+    the longest files then start at once instead of finishing last on one process while the other idles."""
     cuda = None
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
