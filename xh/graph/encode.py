@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -201,6 +202,10 @@ _worker_settings: tuple = ()  # (tokenizer, max_node_tokens) of a GraphEncoder w
 
 def _start_worker(tokenizer, max_node_tokens: int) -> None:
     global _worker_settings
+    # One tokenizer thread a process: the processes are the parallelism. Left on, each fast tokenizer
+    # would split every graph's batch of texts over a thread per core, N processes x cores threads in all,
+    # beside the training process's own torch threads.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     _worker_settings = (tokenizer, max_node_tokens)
 
 

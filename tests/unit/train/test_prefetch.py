@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -91,6 +92,8 @@ def test_the_graph_encoder_gives_encode_graphs_output_chunk_by_chunk(minilm_path
     chunks = [[row(f"q{c}{k}", 5 + 7 * c + k) for k in range(3)] for c in range(4)]
     with GraphEncoder(tokenizer, max_node_tokens=32, processes=processes) as encoder:
         encoded = list(encoder.map(iter(chunks)))
+        if processes:  # each worker tokenizes on one thread: the processes are the parallelism
+            assert set(encoder._pool.map(os.getenv, ["TOKENIZERS_PARALLELISM"] * 4)) == {"false"}
     assert [[g.qid for g in graphs] for graphs in encoded] == [[r["qid"] for r in rows] for rows in chunks]
     for rows, graphs in zip(chunks, encoded):
         for r, g in zip(rows, graphs):
