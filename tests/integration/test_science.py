@@ -16,10 +16,10 @@ tells a no-hop model "some paragraph names me", and in 234 of the 400 graphs no 
 kind is named by any paragraph: a shortcut past the hop. Without anchors, what B learns about A
 comes through hop attention only.
 
-Same graphs, same seed, same optimizer steps: all-MiniLM-L6-v2 with K = 3 hop layers against K = 0.
-The test asserts that K = 3 wins by MARGIN answer EM and F1, a loose margin. Measured (one epoch, 76
-steps of 4 graphs, 93 dev graphs): K = 3 EM 0.366 / F1 0.382 against K = 0 EM 0.108 / F1 0.108; about
-2 to 6 minutes per model on 2 shared cores. `pytest -s` prints the figures of a run.
+Same graphs, same seed, same optimizer steps: all-MiniLM-L6-v2 cut to its first 3 layers
+(`xh.backbones.truncated_backbone`, as in the FEVER test) with K = 3 hop layers against K = 0. The
+test asserts that K = 3 wins by MARGIN answer EM and F1, a loose margin against what it measured over
+seeds (docs/results.md, "HotpotQA science test"). `pytest -s` prints the figures of a run.
 
 The generator of this world for larger runs is `xh.synth.question_graph_rows` (`bench/science.py`). Its
 FEVER counterpart (`xh.synth.make_evidence_claims`: claims whose verdict needs two linked pages) is
@@ -37,13 +37,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import synth
+from xh.backbones import truncated_backbone
 from xh.config import load_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 WORLD = synth.WorldSpec(num_docs=2000, seed=7)
 QUESTIONS = 400  # bridge questions only; a quarter is held out as dev by qid hash (93 of them)
-MARGIN = 0.10  # K = 3 must beat K = 0 by at least this much dev answer EM, and F1
+MARGIN = 0.05  # K = 3 must beat K = 0 by this much dev answer EM, and F1: half the least of 3 seeds
+LAYERS = 3  # MiniLM's first 3 layers: the pretrained lower layers at half the CPU time of all 6
 TRAIN_SETTINGS = [
     "train.seed=13",
     "train.epochs=1",
@@ -95,6 +97,11 @@ def bridge_graphs(ray_cluster, tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def short_minilm(minilm_path, tmp_path_factory) -> str:
+    return truncated_backbone(minilm_path, LAYERS, tmp_path_factory.mktemp("minilm-3"))
+
+
 def _train(hop_layers: int, graphs: str, backbone: str, cluster, root: Path) -> dict:
     from workflows.train import fit
 
@@ -119,9 +126,9 @@ def _train(hop_layers: int, graphs: str, backbone: str, cluster, root: Path) -> 
 
 
 @pytest.mark.timeout(1800)  # two trainings of a few minutes each, on CPUs other work may share
-def test_hop_attention_beats_the_no_hop_ablation_on_bridge_questions(bridge_graphs, minilm_path, ray_cluster, tmp_path):
-    with_hops = _train(3, bridge_graphs, minilm_path, ray_cluster, tmp_path / "k3")
-    without = _train(0, bridge_graphs, minilm_path, ray_cluster, tmp_path / "k0")
+def test_hop_attention_beats_the_no_hop_ablation_on_bridge_questions(bridge_graphs, short_minilm, ray_cluster, tmp_path):
+    with_hops = _train(3, bridge_graphs, short_minilm, ray_cluster, tmp_path / "k3")
+    without = _train(0, bridge_graphs, short_minilm, ray_cluster, tmp_path / "k0")
     report = {
         name: {k: outcome[k] for k in ("step", "train_graphs", "dev_graphs", "seconds")}
         | {k: round(outcome["metrics"][k], 3) for k in ("dev_em", "dev_f1", "dev_sp_f1")}
