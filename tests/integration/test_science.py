@@ -126,7 +126,9 @@ def _train(hop_layers: int, graphs: str, backbone: str, cluster, root: Path) -> 
 
 
 @pytest.mark.timeout(1800)  # two trainings of a few minutes each, on CPUs other work may share
-def test_hop_attention_beats_the_no_hop_ablation_on_bridge_questions(bridge_graphs, short_minilm, ray_cluster, tmp_path):
+def test_hop_attention_beats_the_no_hop_ablation_on_bridge_questions(
+    bridge_graphs, short_minilm, ray_cluster, tmp_path
+):
     with_hops = _train(3, bridge_graphs, short_minilm, ray_cluster, tmp_path / "k3")
     without = _train(0, bridge_graphs, short_minilm, ray_cluster, tmp_path / "k0")
     report = {
