@@ -156,7 +156,7 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=360,  # wide: a loaded machine or a second test process slows the job's start
     )
     seconds = time.perf_counter() - start
     output = done.stdout + done.stderr
