@@ -76,6 +76,11 @@ class WikiConfig(Section):
     partitions: int = Field(8, ge=1, description="hash partitions for resolving titles, links and anchors")
 
 
+# The retrieve settings that choose a question's graph nodes among its candidates (`xh.graph.hotpot.select_nodes`):
+# retrieval proposes with them and graph building keeps the same, so the `retrieve` section alone holds them.
+NODE_CHOICE = ("ir_keep", "el_per_surface", "expansion_keep")
+
+
 class RetrieveConfig(Section):
     questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
     tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
@@ -94,11 +99,11 @@ class RetrieveConfig(Section):
     cpus_per_worker: float = Field(0.5, gt=0)
     batch_size: int = Field(256, ge=1, description="questions per actor call")
     ir_candidates: int = Field(100, ge=1, description="BM25 top-k (paper: 100)")
-    ir_keep: int = Field(2, ge=0, description="BM25 candidates a graph keeps (paper: 2)")
-    el_per_surface: int = Field(1, ge=1, description="entities kept per linked surface form (paper: 1)")
+    ir_keep: int = Field(2, ge=0, description="BM25 documents a graph keeps and expansion starts from (paper: 2)")
+    el_per_surface: int = Field(1, ge=1, description="entity-linked documents per surface form (paper: 1)")
     el_max_ngram: int = Field(6, ge=1)
     el_min_commonness: float = Field(0.0, ge=0.0, le=1.0)
-    expansion_keep: int = Field(15, ge=0, description="expanded documents kept (paper: 15)")
+    expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
     expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
     reranker: str | None = Field(
         None,
@@ -201,9 +206,6 @@ class GraphsConfig(Section):
     quarantine: str | None = Field(
         None, description="questions without a graph, with reasons; default <storage.root>/graphs/quarantine/<task>"
     )
-    ir_keep: int = Field(2, ge=0, description="BM25 documents per graph (paper: 2)")
-    el_per_surface: int = Field(1, ge=0, description="entity-linked documents per surface form (paper: 1)")
-    expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
     edge_mode: Literal["hyperlink", "bidirectional", "full", "sequence", "typed"] = Field(
         "hyperlink",
         description="Table 4: directed hyperlinks, both directions, all pairs, random-order chain; "

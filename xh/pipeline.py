@@ -4,6 +4,7 @@
     pipeline = Pipeline.load(index="runs/demo/index/bm25", tables="runs/demo/tables", retrieval=retrieval,
                              graph=graph, classifier="runs/demo/models/question_type", model="runs/demo/models/xh")
     graphs, quarantined = pipeline.graphs(questions)   # QUESTIONS rows -> GRAPHS rows, QUARANTINE rows
+    outcomes = pipeline.graphs_of(questions, candidates)  # the same from candidates already retrieved
     predictions = pipeline.predict(graphs)             # one per graph (`xh.inference.predict_graphs`)
     predictions, quarantined = pipeline(questions)     # both
     row = prediction_row(question_text, predictions[0]) | provenance   # a PREDICTIONS row
@@ -20,7 +21,8 @@ one is given. A question without a graph is quarantined with the reason (`source
 a second question of the same qid in one call (`duplicate id`: it would share the first's evidence).
 A registered version records what its graph half needs (`xh.pipeline_record`).
 Nothing here imports Ray: batch scoring (`xh.stages.score`) maps batches of rows
-through the two halves on actor pools; `bench/score.py` and the demo call the object directly.
+through the two halves on actor pools, the graphs stage (`xh.stages.graphs`) the retrieve stage's
+candidates through `graphs_of`; `bench/score.py` and the demo call the object directly.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 
 from xh.config import GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph.docstore import DocStore
-from xh.graph.hotpot import HotpotGraphBuilder, QuestionClassifier
+from xh.graph.hotpot import HotpotGraphBuilder, Outcome, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
 from xh.store import Location, located
@@ -65,11 +67,14 @@ class Pipeline:
         batch_graphs: int = 8,
         sort_window: int = 8,
         docs: DocStore | None = None,
+        retrieval: RetrieveConfig | None = None,
     ) -> None:
         self.retriever, self.tables, self.graph_settings, self.classifier = retriever, tables, graph, classifier
         self.model, self.tokenizer, self.batch_graphs = model, tokenizer, batch_graphs
         self.sort_window = sort_window
         self.docs = docs  # the docs and links by id; None: filtered from the tables per call
+        # the retrieve section, whose node choice graphs keep; None: the retriever's
+        self.retrieval = retrieval
 
     @classmethod
     def load(
@@ -108,7 +113,9 @@ class Pipeline:
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
             weights, tokenizer = _load_model(model)
-        return cls(retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, sort_window, docs)
+        return cls(
+            retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, sort_window, docs, retrieval
+        )
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
@@ -120,22 +127,27 @@ class Pipeline:
         candidates: dict[str, list[dict]] = {}
         for row in self.retriever.candidates([q["qid"] for q in questions], [q["question"] for q in questions]):
             candidates.setdefault(row["qid"], []).append(row)
-        if self.docs is not None:  # only the documents that become nodes, looked up by id
-            outcomes = HotpotGraphBuilder.build_from_store(
-                self.docs, questions, candidates, self.graph_settings, self.classifier
-            )
-        else:  # only the documents these questions name, filtered from the tables
-            doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
-            builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, self.classifier)
-            outcomes = builder.build_many(questions, candidates)
         graphs, quarantined = [], repeated
-        for question, outcome in zip(questions, outcomes):
+        for question, outcome in zip(questions, self.graphs_of(questions, candidates)):
             if outcome.graph is not None:
                 graphs.append(outcome.graph)
             else:
                 raw = json.dumps({"qid": question["qid"], "question": question["question"]})[:RAW_LIMIT]
                 quarantined.append({"source": GRAPH_FAILURES, "position": -1, "reason": outcome.reason, "raw": raw})
         return graphs, quarantined
+
+    def graphs_of(self, questions: Sequence[dict], candidates: dict[str, list[dict]]) -> list[Outcome]:
+        """HotpotQA QUESTIONS rows (one per qid) and their CANDIDATES rows (qid -> rows) -> one `Outcome`
+        each, in order: its graph, or the reason it has none."""
+        retrieval = self.retrieval or self.retriever.settings
+        if self.docs is not None:  # only the documents that become nodes, looked up by id
+            return HotpotGraphBuilder.build_from_store(
+                self.docs, list(questions), candidates, self.graph_settings, retrieval, self.classifier
+            )
+        # only the documents these questions name, filtered from the tables
+        doc_ids = {row["doc_id"] for rows in candidates.values() for row in rows}
+        builder = HotpotGraphBuilder.load(self.tables, doc_ids, self.graph_settings, retrieval, self.classifier)
+        return builder.build_many(list(questions), candidates)
 
     def predict(self, graphs: Sequence[dict]) -> list[dict]:
         """GRAPHS rows -> one prediction each, in order: HotpotQA answer, supporting facts and node

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 
 from xh import locations
-from xh.config import ConfigError, XHConfig
+from xh.config import NODE_CHOICE, ConfigError, XHConfig
 from xh.store import Location, Store
 
 PIPELINE_FORMAT = "xh-pipeline/1"
@@ -38,9 +38,6 @@ RETRIEVE_KNOBS = (
 )
 GRAPH_KNOBS = (
     "task",
-    "ir_keep",
-    "el_per_surface",
-    "expansion_keep",
     "edge_mode",
     "comparison_full",
     "seed",
@@ -106,16 +103,18 @@ def index_reference(cfg: XHConfig, store: Store) -> dict | None:
 def pipeline_record(cfg: XHConfig, graph_summary: dict, store: Store | None = None) -> tuple[dict, dict]:
     """(the record, {name: folder to copy}) of the pipeline a model trained with `cfg` on graphs whose
     `_summary.json` is `graph_summary` answers with: its knobs (the graphs' own where the summary has
-    them), its trained models and the index reference. `store`: default, the config's."""
+    them: its graph settings and the node choice, `xh.stages.graphs.built_with`), its trained models and
+    the index reference. `store`: default, the config's."""
     store = store or Store.from_config(cfg)
     built = graph_summary.get("settings", {}) | {
         k: graph_summary[k] for k in ("task", "setting", "edge_mode") if k in graph_summary
     }
     graphs = {k: built.get(k, getattr(cfg.graphs, k)) for k in GRAPH_KNOBS}
+    nodes = built.get("retrieve", {})  # the node choice of retrieval-setting graphs
     trained = cfg.model_copy(update={"graphs": cfg.graphs.model_copy(update=graphs)})
     record = {
         "format": PIPELINE_FORMAT,
-        "retrieve": {k: getattr(cfg.retrieve, k) for k in RETRIEVE_KNOBS},
+        "retrieve": {k: nodes.get(k, getattr(cfg.retrieve, k)) for k in RETRIEVE_KNOBS},
         "graphs": graphs,
         "models": {},
         # distractor-setting graphs came from the questions' own paragraphs: no index built them
@@ -165,6 +164,19 @@ def apply_pipeline(cfg: XHConfig, record: dict, copies: Location, allow_drift: b
         for key in knobs:
             theirs, ours = record[section][key], getattr(part, key)
             updates[section][key] = decide(f"{section}.{key}", part, key, theirs, ours, theirs != ours)
+    for key in NODE_CHOICE:
+        # A version recorded before the retrieve section alone held the node choice has it in its graphs
+        # too: the same value is the same pipeline; another one (graphs keeping other documents than
+        # retrieval proposed with) has no single setting now, and scores with the retrieve value as drift.
+        theirs, used = record["graphs"].get(key, record["retrieve"][key]), updates["retrieve"][key]
+        if theirs != record["retrieve"][key]:
+            if not allow_drift:
+                raise PipelineDrift(
+                    f"graphs.{key}={theirs!r} of the model version differs from its retrieve.{key}="
+                    f"{record['retrieve'][key]!r}, and retrieve.{key} alone chooses graph nodes now: set "
+                    "score.allow_drift=true to score it with retrieve's"
+                )
+            drift[f"graphs.{key}"] = {"version": theirs, "used": used}
     for section, key in MODELS:
         part, entry = getattr(cfg, section), record["models"].get(f"{section}.{key}")
         ours = getattr(part, key)

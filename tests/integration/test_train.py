@@ -88,7 +88,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert run_data.metrics["real_token_fraction"] > 0.5 and 0 <= run_data.metrics["encode_wait_fraction"] < 1
     # the graphs table's own settings are logged with the run
     assert run_data.params["graphs.edge_mode"] == "hyperlink" and run_data.params["graphs.setting"] == "distractor"
-    assert run_data.params["graphs.expansion_keep"] == "15"
+    assert run_data.params["graphs.seed"] == "13" and run_data.params["graphs.comparison_full"] == "True"
     # dev questions quarantined at graph building count as misses
     from xh.train.loop import in_dev_split
 

@@ -30,6 +30,7 @@ def test_override_values_keep_their_type():
     [
         (["synth.num_doc=5"], "unknown config key 'synth.num_doc'"),
         (["nosuch.key=1"], "unknown config key 'nosuch'"),
+        (["graphs.ir_keep=3"], "unknown config key 'graphs.ir_keep'"),  # node choice is the retrieve section's
         (["synth.num_docs=many"], "config key 'synth.num_docs': input should be a valid integer"),
         (["synth.num_docs=5"], "config key 'synth.num_docs': input should be greater than or equal to 20"),
         (["synth=3"], "config key 'synth'"),

@@ -72,21 +72,12 @@ def test_model_uris_name_an_alias_or_a_version():
 def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
     """Both halves: a one-shard BM25 index of the world with its linker and link graph; a saved XH model."""
     from xh.model import XHModel
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.candidates import Retriever
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
+    from xh.testing import tables_retriever
 
     tables, _ = synth_tables
-    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch(
-        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
     cfg = load_config(None, [f"model.backbone={tiny_backbone}", "model.max_node_tokens=64"])
     retrieval, graph = settings_of(cfg)
-    retriever = Retriever([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)), retrieval)
+    retriever = tables_retriever(tables, retrieval)
 
     folder = tmp_path_factory.mktemp("xh-model")
     XHModel.from_backbone(cfg.model).save_pretrained(folder)
@@ -98,10 +89,10 @@ def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
 
 
 def test_settings_for_new_questions_come_from_the_config_and_require_no_answer():
-    cfg = load_config(None, ["retrieve.ir_candidates=7", "graphs.expansion_keep=4", "graphs.edge_mode=full"])
+    cfg = load_config(None, ["retrieve.ir_candidates=7", "retrieve.expansion_keep=4", "graphs.edge_mode=full"])
     retrieval, graph = settings_of(cfg)
-    assert retrieval.ir_candidates == 7 and retrieval.ir_keep == cfg.retrieve.ir_keep
-    assert (graph.expansion_keep, graph.edge_mode, graph.require_answer) == (4, "full", False)
+    assert (retrieval.ir_candidates, retrieval.expansion_keep) == (7, 4) and retrieval.ir_keep == cfg.retrieve.ir_keep
+    assert (graph.edge_mode, graph.require_answer) == ("full", False)
 
 
 def test_questions_become_graphs_and_predictions_and_a_question_without_documents_is_quarantined(

@@ -29,14 +29,19 @@ def _scorer(folder, weights: list[float]) -> str:
 
 @pytest.fixture
 def version(tmp_path):
-    """The record of a model trained on typed graphs with ir_keep 3 and a path scorer, against an index."""
+    """The record of a model trained on typed graphs with ir_keep 3 and a path scorer, against an index; the
+    graphs were built keeping 9 expanded documents (their summary's node choice wins over the config's)."""
     index = _index(tmp_path / "index")
     scorer = _scorer(tmp_path / "scorer", [1.0, 2.0])
     cfg = load_config(
         None,
         [f"storage.root={tmp_path}", f"retrieve.index={index}", f"retrieve.path_scorer={scorer}", "retrieve.ir_keep=3"],
     )
-    summary = {"task": "hotpot", "edge_mode": "typed", "settings": {"edge_mode": "typed", "expansion_keep": 9}}
+    summary = {
+        "task": "hotpot",
+        "edge_mode": "typed",
+        "settings": {"edge_mode": "typed", "retrieve": {"expansion_keep": 9}},
+    }
     record, copies = pipeline_record(cfg, summary)
     return {"record": record, "copies": copies, "index": index, "scorer": scorer, "root": tmp_path}
 
@@ -49,8 +54,8 @@ def _apply(version, *overrides: str, allow_drift: bool = False):
 
 def test_the_record_holds_the_graphs_own_settings_the_knobs_the_copied_scorer_and_the_index_snapshot(version):
     record = version["record"]
-    assert record["graphs"]["edge_mode"] == "typed" and record["graphs"]["expansion_keep"] == 9
-    assert record["retrieve"]["ir_keep"] == 3
+    assert record["graphs"]["edge_mode"] == "typed" and record["retrieve"]["expansion_keep"] == 9
+    assert record["retrieve"]["ir_keep"] == 3 and "expansion_keep" not in record["graphs"]
     assert record["models"]["retrieve.path_scorer"]["copy"] == "retrieve.path_scorer"
     assert version["copies"] == {"retrieve.path_scorer": version["scorer"]}
     assert record["models"]["retrieve.reranker"] is None
@@ -61,7 +66,7 @@ def test_the_record_holds_the_graphs_own_settings_the_knobs_the_copied_scorer_an
 def test_a_config_that_sets_nothing_gets_the_versions_pipeline(version):
     cfg, drift = _apply(version)
     assert drift == {}
-    assert cfg.graphs.edge_mode == "typed" and cfg.graphs.expansion_keep == 9 and cfg.retrieve.ir_keep == 3
+    assert cfg.graphs.edge_mode == "typed" and cfg.retrieve.expansion_keep == 9 and cfg.retrieve.ir_keep == 3
     assert cfg.retrieve.path_scorer == str(version["root"] / "copies" / "retrieve.path_scorer")
     assert cfg.retrieve.index == version["index"]
 
@@ -91,7 +96,24 @@ def test_opting_in_uses_the_configs_setting_and_returns_the_drift(version):
         "graphs.edge_mode": {"version": "typed", "used": "hyperlink"},
         "retrieve.ir_keep": {"version": 3, "used": 2},
     }
-    assert cfg.graphs.expansion_keep == 9  # the settings not changed still come from the version
+    assert cfg.retrieve.expansion_keep == 9  # the settings not changed still come from the version
+
+
+def test_a_version_recorded_with_the_node_choice_in_its_graphs_too_still_scores(version):
+    """Records written while the graphs section also held ir_keep, el_per_surface and expansion_keep: the same
+    values as the retrieve section's are that pipeline; other ones are drift, refused unless allowed."""
+    old = json.loads(json.dumps(version["record"]))
+    old["graphs"] |= {key: old["retrieve"][key] for key in ("ir_keep", "el_per_surface", "expansion_keep")}
+    cfg, drift = _apply({**version, "record": old})
+    assert drift == {} and (cfg.retrieve.ir_keep, cfg.retrieve.expansion_keep) == (3, 9)
+
+    old["graphs"]["ir_keep"] = 2  # its graphs kept 2 BM25 documents, its retrieval seeded expansion with 3
+    with pytest.raises(PipelineDrift) as refused:
+        _apply({**version, "record": old})
+    assert str(refused.value).startswith("graphs.ir_keep=2 of the model version differs from its retrieve.ir_keep=3")
+    assert "\n" not in str(refused.value)
+    cfg, drift = _apply({**version, "record": old}, allow_drift=True)
+    assert cfg.retrieve.ir_keep == 3 and drift == {"graphs.ir_keep": {"version": 2, "used": 3}}
 
 
 def test_a_moved_index_with_the_same_snapshot_is_used_and_another_snapshot_is_refused(version):

@@ -215,20 +215,11 @@ def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path,
 def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
     """The graph half keys candidates by qid: a repeated id in one call keeps the first question alone."""
     from xh.pipeline import Pipeline, settings_of
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.candidates import Retriever
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
+    from xh.testing import tables_retriever
 
     tables, world = synth_tables
-    docs = pq.read_table(tables / "docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch(
-        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
     retrieval, graph = settings_of(load_config(None, []))
-    retriever = Retriever([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)), retrieval)
+    retriever = tables_retriever(tables, retrieval)
     pipeline = Pipeline(retriever, str(tables), graph)
 
     first, second = world[0]["question"], world[7]["question"]

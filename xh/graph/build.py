@@ -1,7 +1,7 @@
 """Building the `graphs` table in shards: a task's plan, one shard's build, the stage's summary.
 
     store = Store.from_config(cfg)
-    plan = make_plan(cfg.graphs, store.at("runs/demo/retrieval"), store.at("runs/demo/tables"))
+    plan = make_plan(cfg.graphs, store.at("runs/demo/tables"))   # distractor setting or FEVER
     build_shard = ShardBuilder(
         plan.make_builder, store.at("runs/demo/graphs/hotpot"), store.at("runs/demo/graphs/quarantine/hotpot")
     )
@@ -12,16 +12,12 @@
 
 A plan (`TaskPlan`) holds a task's inputs, one JSON-able item per question, and a factory, run once
 per builder, of the function that turns a list of items into (graph rows, quarantine rows, flag
-counts). HotpotQA (`hotpot_plan`): the distractor setting reads a question file with contexts; the
-retrieval setting reads the retrieve stage's questions and candidates, and its builders load only
-the docs and links of the documents those candidates name (never the whole corpus): before the shards
-are built, the docs and links are routed to them (`TaskPlan.route`, a join partitioned by question
-shard: one task per docs or links file reads that file once, row group by row group, and writes to
-each shard's folder the rows its questions need), so a builder reads one small folder per shard and
-neither an actor nor the driver ever scans or holds the corpus. FEVER
-(`fever_plan`): claims over the docs of `xh wiki process --format fever`. The rules of a graph are
-`xh.graph.hotpot`'s and `xh.graph.fever`'s; with a tokenizer, a shard's graphs are also encoded
-(`xh.graph.encode`) for the tokens-per-node figures.
+counts). HotpotQA's distractor setting (`distractor_plan`) reads a question file with contexts; FEVER
+(`fever_plan`) claims over the docs of `xh wiki process --format fever`. HotpotQA's retrieval setting
+builds its graphs as scoring does (`xh.pipeline.Pipeline.graphs_of`), from `xh.stages.graphs`' plan of
+the retrieve stage's questions and candidates. The rules of a graph are `xh.graph.hotpot`'s and
+`xh.graph.fever`'s; with a tokenizer, a shard's graphs are also encoded (`xh.graph.encode`) for the
+tokens-per-node figures.
 
 Nothing is dropped silently: records refused upfront (`TaskPlan.quarantined`) + quarantined
 questions + graphs = the questions read; the summary counts each.
@@ -36,10 +32,6 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, GraphsConfig
@@ -49,7 +41,6 @@ from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, holds_gold_gro
 from xh.graph.hotpot import (
     NO_ANSWER,
     DistractorItem,
-    HotpotGraphBuilder,
     Outcome,
     distractor_graphs,
     graph_stats,
@@ -66,75 +57,15 @@ ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]
 class TaskPlan:
     items: list[dict]  # one per question, JSON-able, each with its 1-based input "position"
     quarantined: list[dict]  # QUARANTINE rows of input records refused before graph building
-    make_builder: Callable[..., ShardBuild]  # called once per builder (Ray actor); `routed=` folder with `route`
-    route: Route | None = None  # docs and links to route to the shards before they are built
+    make_builder: Callable[[], ShardBuild]  # called once per builder (Ray actor)
 
 
-@dataclass
-class Route:
-    """The tables whose rows a plan's shards need, routed to `<routed>/<shard_key>/{docs,links}/` first."""
-
-    tables: Location
-
-    def files(self) -> dict[str, list[Location]]:
-        return {
-            name: [self.tables.store.at(f) for f in self.tables.join(name).files(suffix=".parquet")]
-            for name in ("docs", "links")
-        }
-
-
-def shard_key(items: list[dict]) -> str:
-    """The routed folder of a shard: named by its first question's position (unique within a plan)."""
-    return f"from-{items[0]['position']:09d}"
-
-
-def shard_docs(shards: list[list[dict]]) -> pa.Table:
-    """(doc_id, shard) for every document a shard's candidates name, once per shard."""
-    doc_ids, keys = [], []
-    for items in shards:
-        wanted = sorted({c["doc_id"] for item in items for c in item["candidates"]})
-        doc_ids += wanted
-        keys += [shard_key(items)] * len(wanted)
-    return pa.table({"doc_id": pa.array(doc_ids, pa.string()), "shard": pa.array(keys, pa.string())})
-
-
-def route_file(kind: str, source: Location, wanted: pa.Table, routed: Location) -> int:
-    """One docs or links file -> the rows each shard needs, as `<routed>/<shard>/<kind>/<file>.parquet`.
-
-    Docs: the shard's documents. Links: those between two documents of the same shard (the only ones
-    its graphs can use). Read a row group at a time; returns the rows written."""
-    fs, path = source.fs_path()
-    reader = pq.ParquetFile(fs.open_input_file(path))
-    columns = (
-        ["doc_id", "title", "sentences"] if kind == "docs" else ["src_doc_id", "target_doc_id", "anchor", "sentence"]
-    )
-    pieces = []
-    for group in range(reader.num_row_groups):
-        table = reader.read_row_group(group, columns=columns)
-        if kind == "docs":  # joined by row number: Arrow's join carries no list column (`sentences`)
-            rows = pa.table({"doc_id": table["doc_id"], "row": pa.array(np.arange(table.num_rows))})
-            matched = rows.join(wanted, "doc_id", join_type="inner")
-            pieces.append(table.take(matched["row"]).append_column("shard", matched["shard"]))
-            continue
-        table = table.filter(pc.not_equal(table["src_doc_id"], table["target_doc_id"]))
-        table = table.join(wanted, "src_doc_id", "doc_id", join_type="inner")
-        pieces.append(table.join(wanted, ["target_doc_id", "shard"], ["doc_id", "shard"], join_type="left semi"))
-    found = pa.concat_tables(pieces) if pieces else pa.table({c: [] for c in [*columns, "shard"]})
-    name = path.rsplit("/", 1)[-1]
-    for key in pc.unique(found["shard"]).to_pylist():
-        _, out = routed.join(key, kind).fs_path()
-        fs.create_dir(out, recursive=True)
-        pq.write_table(
-            found.filter(pc.equal(found["shard"], key)).drop_columns(["shard"]), f"{out}/{name}", filesystem=fs
-        )
-    return found.num_rows
-
-
-def make_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -> TaskPlan:
-    """The plan of `settings.task`: `retrieval` holds the retrieve stage's output, `tables` the docs and links
-    (question and claim files, `settings.questions`, are read through the same store)."""
+def make_plan(settings: GraphsConfig, tables: Location) -> TaskPlan:
+    """The plan of `settings.task` in a setting that retrieves nothing: HotpotQA's distractor setting, FEVER.
+    `tables` holds the docs and links (question and claim files, `settings.questions`, are read through the
+    same store); HotpotQA's retrieval setting is `xh.stages.graphs`' own (`xh.pipeline.Pipeline.graphs_of`)."""
     if settings.task == "hotpot":
-        return hotpot_plan(settings, retrieval, tables)
+        return distractor_plan(settings, tables)
     if settings.task == "fever":
         return fever_plan(settings, tables)
     raise ConfigError(f"graphs.task={settings.task!r} has no graph builder yet (built: fever, hotpot)")
@@ -143,7 +74,7 @@ def make_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -> 
 # --- HotpotQA --------------------------------------------------------------------------------
 
 
-def _outcome_rows(items: list[dict], outcomes: list[Outcome], source: str) -> tuple[list[dict], list[dict], Counter]:
+def outcome_rows(items: list[dict], outcomes: list[Outcome], source: str) -> tuple[list[dict], list[dict], Counter]:
     """One outcome per item -> (GRAPHS rows, QUARANTINE rows naming `source`, the questions' file, flags)."""
     graphs, quarantined, flags = [], [], Counter()
     for item, outcome in zip(items, outcomes):
@@ -159,64 +90,18 @@ def _outcome_rows(items: list[dict], outcomes: list[Outcome], source: str) -> tu
 def _distractor_builder(settings: GraphsConfig, source: str) -> ShardBuild:
     def build(items: list[dict]):
         pairs = [DistractorItem(i["question"], [tuple(p) for p in i["context"]], i["position"]) for i in items]
-        return _outcome_rows(items, distractor_graphs(pairs, settings), source)
+        return outcome_rows(items, distractor_graphs(pairs, settings), source)
 
     return build
 
 
-def _retrieval_builder(settings: GraphsConfig, source: str, routed: Location) -> ShardBuild:
-    def build(items: list[dict]):
-        # this shard's docs and links only, routed to its folder (`route_file`); a shard none of whose
-        # documents exist has no folder
-        folder = routed.join(shard_key(items))
-        fs, path = folder.fs_path()
-        doc_ids = {c["doc_id"] for item in items for c in item["candidates"]}
-        if fs.get_file_info(f"{path}/docs").type.name == "NotFound":
-            builder = HotpotGraphBuilder({}, {}, settings)
-        else:
-            builder = HotpotGraphBuilder.load(folder, doc_ids, settings)
-        questions = [i["question"] for i in items]
-        outcomes = builder.build_many(questions, {i["question"]["qid"]: i["candidates"] for i in items})
-        return _outcome_rows(items, outcomes, source)
-
-    return build
-
-
-def hotpot_plan(settings: GraphsConfig, retrieval: Location, tables: Location) -> TaskPlan:
-    """HotpotQA questions in `settings.setting`: with their contexts (`settings.questions`), or with their candidates."""
-    if settings.setting == "distractor":
-        if not settings.questions:
-            raise FileNotFoundError("no questions given: set graphs.questions (a HotpotQA file with contexts)")
-        items, quarantined = read_distractor_questions(tables.store.at(settings.questions))
-        plan_items = [{"position": i.position, "question": i.question, "context": i.context} for i in items]
-        return TaskPlan(plan_items, quarantined, partial(_distractor_builder, settings, settings.questions))
-
-    fs, root = retrieval.fs_path()
-    for name in ("questions", "candidates"):
-        if fs.get_file_info(f"{root}/{name}").type.name == "NotFound":
-            raise FileNotFoundError(f"no {name} under {retrieval}: run `xh retrieve run` first")
-    questions = pads.dataset(f"{root}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
-    candidates = pads.dataset(f"{root}/candidates", filesystem=fs, format="parquet").to_table(
-        columns=["qid", "doc_id", "source", "score", "rank", "surface"]
-    )
-    # only candidates a graph can use travel to the builders
-    source, rank = candidates["source"], candidates["rank"]
-    usable = pc.or_(
-        pc.or_(
-            pc.and_(pc.equal(source, "ir"), pc.less(rank, settings.ir_keep)),
-            pc.and_(pc.equal(source, "exp"), pc.less(rank, settings.expansion_keep)),
-        ),
-        pc.equal(source, "el"),
-    )
-    candidates = candidates.filter(usable)
-    by_qid: dict[str, list[dict]] = {}
-    for row in candidates.to_pylist():
-        by_qid.setdefault(row["qid"], []).append(row)
-    items = [
-        {"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)
-    ]
-    builder = partial(_retrieval_builder, settings, retrieval.join("questions").uri)
-    return TaskPlan(items, [], builder, route=Route(tables))
+def distractor_plan(settings: GraphsConfig, tables: Location) -> TaskPlan:
+    """HotpotQA questions with their contexts (`settings.questions`): a graph of each question's own paragraphs."""
+    if not settings.questions:
+        raise FileNotFoundError("no questions given: set graphs.questions (a HotpotQA file with contexts)")
+    items, quarantined = read_distractor_questions(tables.store.at(settings.questions))
+    plan_items = [{"position": i.position, "question": i.question, "context": i.context} for i in items]
+    return TaskPlan(plan_items, quarantined, partial(_distractor_builder, settings, settings.questions))
 
 
 # --- FEVER -----------------------------------------------------------------------------------

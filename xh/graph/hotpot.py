@@ -3,14 +3,15 @@
 Two settings, one set of rules for edges and labels:
 
     # retrieval: nodes from the candidates table, texts and hyperlinks from the docs and links tables
-    builder = HotpotGraphBuilder.load("runs/demo/tables", needed_doc_ids, GraphsConfig())
+    builder = HotpotGraphBuilder.load("runs/demo/tables", needed_doc_ids, GraphsConfig(), RetrieveConfig())
     outcome = builder.build(question_row, candidate_rows)      # Outcome(graph=dict | None, reason=str | None, ...)
 
     # distractor: a HotpotQA record's own 10 context paragraphs, no Wikipedia needed
     items, quarantined = read_distractor_questions("hotpot_train_sample500.json")
     outcome = distractor_graph(items[0].question, items[0].context, GraphsConfig())
 
-The settings are the `graphs` section of the config (`xh.config.GraphsConfig`, defaults as in the paper).
+The settings are the `graphs` section of the config (`xh.config.GraphsConfig`, defaults as in the paper),
+and the node choice of the `retrieve` section (`xh.config.RetrieveConfig`), which also proposed the candidates.
 
 Nodes (paper §4, A.1). Bridge questions: the first `ir_keep` (2) BM25 documents, the first
 `el_per_surface` (1) entity-linked document per surface form, the first `expansion_keep` (15)
@@ -72,7 +73,7 @@ from typing import NamedTuple
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from xh.config import GraphsConfig
+from xh.config import GraphsConfig, RetrieveConfig
 from xh.graph.encoded import QUESTION_TYPES
 from xh.jsonfiles import InputFileError
 from xh.questions import load_json, question_rows, record_id
@@ -279,8 +280,9 @@ def graph_stats(graph: dict) -> dict:
 # --- retrieval setting -----------------------------------------------------------------------
 
 
-def select_nodes(candidates: list[dict], question_type: str, settings: GraphsConfig) -> list[dict]:
-    """CANDIDATES rows of one question -> the graph's `{doc_id, source, score}` in node order (rules above)."""
+def select_nodes(candidates: list[dict], question_type: str, settings: RetrieveConfig) -> list[dict]:
+    """CANDIDATES rows of one question -> the graph's `{doc_id, source, score}` in node order (rules above);
+    `settings`: the retrieve section, whose `ir_keep`, `el_per_surface` and `expansion_keep` proposed them."""
     by_source: dict[str, list[dict]] = defaultdict(list)
     for row in candidates:
         by_source[row["source"]].append(row)
@@ -304,7 +306,8 @@ def select_nodes(candidates: list[dict], question_type: str, settings: GraphsCon
 class HotpotGraphBuilder:
     """Graphs of the retrieval setting; holds the docs and links of the documents its questions need.
 
-    `docs`: doc_id -> (title, sentences); `links`: src doc_id -> [(target doc_id, anchor, sentence)].
+    `docs`: doc_id -> (title, sentences); `links`: src doc_id -> [(target doc_id, anchor, sentence)];
+    `retrieval`: the retrieve section, whose node choice a graph keeps (`select_nodes`).
     """
 
     def __init__(
@@ -312,9 +315,11 @@ class HotpotGraphBuilder:
         docs: dict[str, tuple[str, list[str]]],
         links: dict[str, list[tuple[str, str, int]]],
         settings: GraphsConfig,
+        retrieval: RetrieveConfig,
         classifier: QuestionClassifier | None = None,
     ) -> None:
         self.docs, self.links, self.settings, self.classifier = docs, links, settings, classifier
+        self.retrieval = retrieval
 
     @classmethod
     def load(
@@ -322,6 +327,7 @@ class HotpotGraphBuilder:
         tables: str | Location,
         doc_ids: Iterable[str],
         settings: GraphsConfig,
+        retrieval: RetrieveConfig,
         classifier: QuestionClassifier | None = None,
     ) -> HotpotGraphBuilder:
         """Read only the given documents from `<tables>/docs` and the links among them from `<tables>/links`."""
@@ -341,7 +347,7 @@ class HotpotGraphBuilder:
         out: dict[str, list[tuple[str, str, int]]] = defaultdict(list)
         for src, dst, anchor, sentence in zip(*(links[c].to_pylist() for c in links.column_names)):
             out[src].append((dst, anchor, sentence))
-        return cls(by_id, dict(out), settings, classifier)
+        return cls(by_id, dict(out), settings, retrieval, classifier)
 
     @staticmethod
     def build_from_store(
@@ -349,14 +355,15 @@ class HotpotGraphBuilder:
         questions: list[dict],
         candidates: dict[str, list[dict]],
         settings: GraphsConfig,
+        retrieval: RetrieveConfig,
         classifier: QuestionClassifier | None = None,
     ) -> list[Outcome]:
         """`build_many` with the docs and links looked up by id in a `xh.graph.docstore.DocStore`: only
         those of the documents that become nodes (a question's candidates are several times its nodes)."""
         types = resolve_question_types(questions, classifier)
-        picked = [select_nodes(candidates.get(q["qid"], []), t[0], settings) for q, t in zip(questions, types)]
+        picked = [select_nodes(candidates.get(q["qid"], []), t[0], retrieval) for q, t in zip(questions, types)]
         docs, links = store.lookup(node["doc_id"] for nodes in picked for node in nodes)
-        builder = HotpotGraphBuilder(docs, links, settings)
+        builder = HotpotGraphBuilder(docs, links, settings, retrieval)
         return [builder._build(q, candidates.get(q["qid"], []), t) for q, t in zip(questions, types)]
 
     def build_many(self, questions: list[dict], candidates: dict[str, list[dict]]) -> list[Outcome]:
@@ -368,7 +375,7 @@ class HotpotGraphBuilder:
         return self.build_many([question], {question["qid"]: candidates})[0]
 
     def _build(self, question: dict, candidates: list[dict], qtype: tuple[str, str]) -> Outcome:
-        picked = select_nodes(candidates, qtype[0], self.settings)
+        picked = select_nodes(candidates, qtype[0], self.retrieval)
         missing = [n["doc_id"] for n in picked if n["doc_id"] not in self.docs]
         nodes = [
             {**n, "title": self.docs[n["doc_id"]][0], "sentences": self.docs[n["doc_id"]][1]}

@@ -44,13 +44,6 @@ def write_shard(rows: list[dict], folder: Location, shard: int, schema: pa.Schem
     return file.uri
 
 
-def clear_folder(folder: Location) -> None:
-    """Create `folder`, or empty it: a rebuild never mixes shards of two runs."""
-    fs, path = folder.fs_path()
-    fs.create_dir(path, recursive=True)
-    fs.delete_dir_contents(path)
-
-
 def _existing(folder: Location, what: str):
     """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`) whose
     files hold every GRAPHS column; a one-line error otherwise (`FileNotFoundError` for a build that

@@ -64,11 +64,13 @@ def evaluation_set(store: Store, name: str, version: str, eval_set: Location | N
 def eval_graph_drift(name: str, version: str, folder: Location, allow_drift: bool = False) -> dict | None:
     """How the graphs of an evaluation set (`folder`, built by `xh graphs`) differ from those `version` of `name`
     was trained on: each graph setting its `_summary.json` records is compared with the version's pipeline record
-    (`xh.pipeline_record.GRAPH_KNOBS`), as batch scoring compares its config (`apply_pipeline`). A difference is
+    (`xh.pipeline_record.GRAPH_KNOBS`, and the node choice `xh.config.NODE_CHOICE` of the retrieve section), as
+    batch scoring compares its config (`apply_pipeline`). A difference is
     refused (`PipelineDrift`, one line naming the setting) unless `allow_drift` (`score.allow_drift`), and then
     returned as {setting: {"version", "used"}}. None for a version registered without a pipeline record."""
     import tempfile
 
+    from xh.config import NODE_CHOICE
     from xh.graph.store import read_summary
     from xh.pipeline_record import GRAPH_KNOBS, PipelineDrift
 
@@ -76,19 +78,22 @@ def eval_graph_drift(name: str, version: str, folder: Location, allow_drift: boo
         found = pipeline_of(name, version, dst)
     if found is None:
         return None
-    theirs = found[0]["graphs"]
     summary = read_summary(folder)
     built = summary.get("settings", {}) | {k: summary[k] for k in ("task", "edge_mode") if k in summary}
     drift = {}
-    for key in GRAPH_KNOBS:
-        if key in built and key in theirs and built[key] != theirs[key]:
-            if not allow_drift:
-                raise PipelineDrift(
-                    f"graphs.{key}={built[key]!r} of the evaluation set {folder} differs from {name} version "
-                    f"{version}'s {theirs[key]!r}: a version is judged on graphs built as it was trained (rebuild "
-                    "the evaluation set, or set score.allow_drift=true)"
-                )
-            drift[f"graphs.{key}"] = {"version": theirs[key], "used": built[key]}
+    for section, keys, ours, theirs in (
+        ("graphs", GRAPH_KNOBS, built, found[0]["graphs"]),
+        ("retrieve", NODE_CHOICE, built.get("retrieve", {}), found[0]["retrieve"]),
+    ):
+        for key in keys:
+            if key in ours and key in theirs and ours[key] != theirs[key]:
+                if not allow_drift:
+                    raise PipelineDrift(
+                        f"{section}.{key}={ours[key]!r} of the evaluation set {folder} differs from {name} version "
+                        f"{version}'s {theirs[key]!r}: a version is judged on graphs built as it was trained (rebuild "
+                        "the evaluation set, or set score.allow_drift=true)"
+                    )
+                drift[f"{section}.{key}"] = {"version": theirs[key], "used": ours[key]}
     return drift
 
 

@@ -4,12 +4,14 @@
     plan = graphs.plan(cfg, store)          # reads and checks the (small) inputs: no Ray yet
     summary = graphs.build(cfg, store, plan)  # the shards, on the Ray cluster the caller joined
 
-The plan (`xh.graph.build`) holds one item per question; its items are cut into shards of
+The plan (`xh.graph.build.TaskPlan`) holds one item per question; its items are cut into shards of
 `graphs.questions_per_file` questions, and an actor pool of `graphs.workers` builders turns each shard
 into one Parquet file of graphs (`<output>/part-NNNNN.parquet`) and one of quarantined questions
 (`<quarantine>/...`), and hands back only counts, which make the summary (`<output>/_summary.json`).
-In the retrieval setting, Ray tasks first route the docs and links each shard needs to that shard's
-folder (one task per table file, `xh.graph.build.route_file`): the corpus is read once, by file.
+HotpotQA's retrieval setting is the question -> graph path of scoring and serving: each question with
+the retrieve stage's candidates for it goes through `xh.pipeline.Pipeline.graphs_of` over the node's
+`xh.graph.docstore.DocStore` (built once per node, its rows read by id), with the node choice of the
+`retrieve` section that proposed the candidates (`retrieve.ir_keep`, `el_per_surface`, `expansion_keep`).
 
 Nothing is dropped silently: questions in = graphs out + quarantined (bad records, "no node contains
 the answer", ...), or the run fails.
@@ -22,16 +24,17 @@ import logging
 import time
 from functools import partial
 
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+
 from xh import locations, schemas
-from xh.config import GraphsConfig, XHConfig
+from xh.config import NODE_CHOICE, GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph import store as graph_store
-from xh.graph.build import ShardBuilder, TaskPlan, make_plan, route_file, shard_docs, summarize
+from xh.graph.build import ShardBuild, ShardBuilder, TaskPlan, make_plan, outcome_rows, summarize
 from xh.storage import join
 from xh.store import Location, Store
 from xh.tables import GRAPHS, GRAPHS_QUARANTINE
 from xh.tracking import flatten_numbers
-
-ROUTED = "_routed"  # the docs and links routed to each shard, inside the staging output; removed when built
 
 log = logging.getLogger("xh.graphs").info
 
@@ -61,9 +64,58 @@ def plan(cfg: XHConfig, store: Store) -> TaskPlan:
     p["quarantine"].check_replaceable(GRAPHS_QUARANTINE)
     if g.task == "fever" or g.setting == "retrieval":
         p["tables"].require_complete("wiki tables", hint=": run `xh wiki process` first")
-    if g.task == "hotpot" and g.setting == "retrieval":
+    if retrieved(cfg):
         p["retrieval"].require_complete("retrieval output", hint=": run `xh retrieve run` first")
-    return make_plan(g, p["retrieval"], p["tables"])
+        return retrieval_plan(cfg, p["retrieval"], p["tables"])
+    return make_plan(g, p["tables"])
+
+
+def retrieved(cfg: XHConfig) -> bool:
+    """HotpotQA's retrieval setting: graphs of the retrieve stage's candidates."""
+    return cfg.graphs.task == "hotpot" and cfg.graphs.setting == "retrieval"
+
+
+def retrieval_plan(cfg: XHConfig, retrieval: Location, tables: Location) -> TaskPlan:
+    """The retrieve stage's questions (under `retrieval`), each with those of its candidates a graph can use."""
+    r = cfg.retrieve
+    fs, root = retrieval.fs_path()
+    for name in ("questions", "candidates"):
+        if fs.get_file_info(f"{root}/{name}").type.name == "NotFound":
+            raise FileNotFoundError(f"no {name} under {retrieval}: run `xh retrieve run` first")
+    questions = pads.dataset(f"{root}/questions", filesystem=fs, format="parquet").to_table().to_pylist()
+    candidates = pads.dataset(f"{root}/candidates", filesystem=fs, format="parquet").to_table(
+        columns=["qid", "doc_id", "source", "score", "rank", "surface"]
+    )
+    # only candidates a graph can use travel to the builders (`xh.graph.hotpot.select_nodes` picks among them)
+    source, rank = candidates["source"], candidates["rank"]
+    usable = pc.or_(
+        pc.or_(
+            pc.and_(pc.equal(source, "ir"), pc.less(rank, r.ir_keep)),
+            pc.and_(pc.equal(source, "exp"), pc.less(rank, r.expansion_keep)),
+        ),
+        pc.equal(source, "el"),
+    )
+    by_qid: dict[str, list[dict]] = {}
+    for row in candidates.filter(usable).to_pylist():
+        by_qid.setdefault(row["qid"], []).append(row)
+    items = [
+        {"position": n, "question": q, "candidates": by_qid.get(q["qid"], [])} for n, q in enumerate(questions, start=1)
+    ]
+    return TaskPlan(items, [], partial(_pipeline_builder, cfg.graphs, r, tables, retrieval.join("questions").uri))
+
+
+def _pipeline_builder(settings: GraphsConfig, retrieval: RetrieveConfig, tables: Location, source: str) -> ShardBuild:
+    """Once per actor: the graph half of a `Pipeline` over this node's docs and links by id."""
+    from xh.graph.docstore import DocStore
+    from xh.pipeline import Pipeline
+
+    pipeline = Pipeline(tables=tables, graph=settings, retrieval=retrieval, docs=DocStore.open(tables))
+
+    def build(items: list[dict]):
+        candidates = {i["question"]["qid"]: i["candidates"] for i in items}
+        return outcome_rows(items, pipeline.graphs_of([i["question"] for i in items], candidates), source)
+
+    return build
 
 
 def build(cfg: XHConfig, store: Store, plan: TaskPlan) -> dict:
@@ -72,12 +124,18 @@ def build(cfg: XHConfig, store: Store, plan: TaskPlan) -> dict:
     start = time.perf_counter()
     # Both folders are built aside and swapped into place, with their `_complete.json`, only when the
     # whole run succeeded: an interrupted build leaves the previous graphs as they were.
-    inputs = {"settings": g, "retrieval": p["retrieval"].uri, "tables": p["tables"].uri}
+    inputs = {"settings": built_with(cfg), "retrieval": p["retrieval"].uri, "tables": p["tables"].uri}
     with (
         p["output"].staged(kind=GRAPHS, stage="graphs", inputs=inputs) as out,
         p["quarantine"].staged(kind=GRAPHS_QUARANTINE, stage="graphs", inputs=inputs) as quarantine,
     ):
-        summary = _build(g, plan, out.location, quarantine.location)
+        summary = {
+            "task": g.task,
+            "setting": g.setting,
+            "edge_mode": g.edge_mode,
+            "settings": built_with(cfg),  # every setting the graphs were built with, for the runs that train on them
+            **_build(g, plan, out.location, quarantine.location),
+        }
         summary.update(
             output=p["output"].uri, quarantine=p["quarantine"].uri, seconds=round(time.perf_counter() - start, 3)
         )
@@ -98,6 +156,15 @@ class _ShardActor:
         return {key: [value] for key, value in counts.items()}
 
 
+def built_with(cfg: XHConfig) -> dict:
+    """The `graphs` section's settings, and in the retrieval setting the `retrieve` section's node choice
+    (under "retrieve"): what the graphs were built with."""
+    out = cfg.graphs.model_dump(mode="json", exclude={"questions", "retrieval", "tables", "output", "quarantine"})
+    if retrieved(cfg):
+        out["retrieve"] = {k: getattr(cfg.retrieve, k) for k in NODE_CHOICE}
+    return out
+
+
 def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Location) -> dict:
     """The plan's graphs -> `output` and `quarantine` (staging folders); returns the summary's counts."""
     import ray.data
@@ -110,11 +177,7 @@ def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Locati
     if plan.quarantined:  # records refused before graph building: one file, numbered after the shards
         graph_store.write_shard(plan.quarantined, quarantine, len(shards), schemas.QUARANTINE)
     per_shard: list[dict] = []
-    make_builder = plan.make_builder
-    routed = output.join(ROUTED)
     if shards:
-        if plan.route is not None:
-            make_builder = partial(plan.make_builder, routed=_route(plan, shards, routed, g))
         workers = min(g.workers, len(shards))
         log(
             f"building {g.task} graphs ({g.setting}) for {len(plan.items):,} questions in {len(shards)} "
@@ -127,46 +190,18 @@ def _build(g: GraphsConfig, plan: TaskPlan, output: Location, quarantine: Locati
                 batch_size=1,
                 compute=ActorPoolStrategy(size=workers),
                 num_cpus=g.cpus_per_worker,
-                fn_constructor_args=(make_builder, output, quarantine, g.tokenizer, g.max_node_tokens),
+                fn_constructor_args=(plan.make_builder, output, quarantine, g.tokenizer, g.max_node_tokens),
             )
             .take_all()
         )
-    if plan.route is not None:
-        graph_store.clear_folder(routed)
-        fs, path = routed.fs_path()
-        fs.delete_dir(path)
     if sum(r["items"] for r in per_shard) != len(plan.items):
         raise RuntimeError(
             f"{len(plan.items)} questions went to the builders but {sum(r['items'] for r in per_shard)} came back"
         )
-    summary = {
-        "task": g.task,
-        "setting": g.setting,
-        "edge_mode": g.edge_mode,
-        # every setting the graphs were built with, for the runs that train on them
-        "settings": g.model_dump(mode="json", exclude={"questions", "retrieval", "tables", "output", "quarantine"}),
-        **summarize(len(plan.items), plan.quarantined, per_shard, g.max_node_tokens),
-    }
+    summary = summarize(len(plan.items), plan.quarantined, per_shard, g.max_node_tokens)
     if summary["questions"] != summary["graphs"] + summary["quarantined"]:
         raise RuntimeError(f"questions in != graphs out + quarantined: {summary}")
     return summary
-
-
-def _route(plan: TaskPlan, shards: list[dict], routed: Location, g: GraphsConfig) -> Location:
-    """Route the docs and links each shard needs to its folder under `routed` (`xh.graph.build.route_file`):
-    one Ray task per table file, each reading its file once; returns `routed`."""
-    import ray
-
-    wanted = ray.put(shard_docs([json.loads(s["items"]) for s in shards]))
-    task = ray.remote(num_cpus=g.cpus_per_worker)(route_file)
-    files = plan.route.files()
-    start = time.perf_counter()
-    rows = ray.get([task.remote(kind, file, wanted, routed) for kind in ("docs", "links") for file in files[kind]])
-    log(
-        f"routed {sum(rows):,} docs and links rows from {sum(map(len, files.values()))} file(s) to {len(shards)} "
-        f"shard(s) in {time.perf_counter() - start:.1f} s"
-    )
-    return routed
 
 
 def log_summary(summary: dict) -> None:

@@ -66,9 +66,10 @@ def test_lookups_give_what_filtering_the_tables_gives(tmp_path, monkeypatch, col
     (tmp_path / "store").mkdir()
     build(str(tmp_path / "tables"), tmp_path / "store", batch_rows=2)  # several batches per table
     store = DocStore(tmp_path / "store")
-    graph = load_config(None, []).graphs
+    cfg = load_config(None, [])
+    graph = cfg.graphs
     for wanted in ({"a", "b", "c"}, {"a", "é", "zz", "d"}, {"c"}, {"nope"}, set(), {d for d, _ in DOCS}):
-        expected = HotpotGraphBuilder.load(str(tmp_path / "tables"), wanted, graph)
+        expected = HotpotGraphBuilder.load(str(tmp_path / "tables"), wanted, graph, cfg.retrieve)
         assert store.lookup(wanted) == (expected.docs, _between_docs(expected)), wanted
     docs, links = store.lookup({"a", "b", "c"})
     assert docs["a"] == ("Alpha", ["Alpha one. ", "Alpha two."])
@@ -80,29 +81,21 @@ def test_the_world_by_id_matches_the_tables_and_graphs_need_no_table_reads(synth
     copy = tmp_path / "tables"
     shutil.copytree(tables, copy)
     store = DocStore.open(str(copy), cache_root=str(tmp_path / "cache"))
-    graph = load_config(None, []).graphs
+    cfg = load_config(None, [])
+    graph = cfg.graphs
     ids = pq.read_table(copy / "docs", columns=["doc_id"])["doc_id"].to_pylist()
     rng = random.Random(7)
     for _ in range(5):
         wanted = set(rng.sample(ids, 200)) | {"not-a-doc"}
-        expected = HotpotGraphBuilder.load(str(copy), wanted, graph)
+        expected = HotpotGraphBuilder.load(str(copy), wanted, graph, cfg.retrieve)
         assert store.lookup(wanted) == (expected.docs, _between_docs(expected))
 
     # the graph half with the store: the same graphs as filtering the tables, and once built it reads
     # no docs or links file (a batch touches only the rows it needs)
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.candidates import Retriever
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
+    from xh.testing import tables_retriever
 
-    docs = pq.read_table(copy / "docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch(
-        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
     retrieval, graph = settings_of(load_config(None, []))
-    retriever = Retriever([shard], EntityLinker.load(str(copy)), LinkGraph.load(str(copy)), retrieval)
+    retriever = tables_retriever(copy, retrieval)
     rows = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
     scanned = Pipeline(retriever, str(copy), graph).graphs(rows)
     looked_up = []

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from xh.config import GraphsConfig
+from xh.config import GraphsConfig, RetrieveConfig
 from xh.graph.hotpot import (
     NO_ANSWER,
     NO_NODES,
@@ -88,12 +88,12 @@ def test_node_choice_ir_el_per_surface_expansion_and_first_source_wins():
         *(_cand(f"x{k}", "exp", k) for k in range(20)),
         _cand("a", "exp", 20),
     ]
-    bridge = select_nodes(cands, "bridge", GraphsConfig())
+    bridge = select_nodes(cands, "bridge", RetrieveConfig())
     assert [n["doc_id"] for n in bridge] == ["a", "b", "e", *(f"x{k}" for k in range(15))]
     assert [n["source"] for n in bridge[:3]] == ["ir", "ir", "el"]  # b is ir and el: keeps ir
-    comparison = select_nodes(cands, "comparison", GraphsConfig())
+    comparison = select_nodes(cands, "comparison", RetrieveConfig())
     assert [n["doc_id"] for n in comparison] == ["a", "b", "e"]  # no expansion
-    assert [n["doc_id"] for n in select_nodes(cands, "bridge", GraphsConfig(el_per_surface=2, expansion_keep=0))] == [
+    assert [n["doc_id"] for n in select_nodes(cands, "bridge", RetrieveConfig(el_per_surface=2, expansion_keep=0))] == [
         "a",
         "b",
         "d",
@@ -108,7 +108,7 @@ def _builder(**settings):
         "C": ("Parva", ["Parva is a city."]),
     }
     links = {"A": [("B", "Bo Lind", 1)], "B": [("C", "Parva", 0), ("A", "Arden Works", 1)]}
-    return HotpotGraphBuilder(docs, links, GraphsConfig(**settings))
+    return HotpotGraphBuilder(docs, links, GraphsConfig(**settings), RetrieveConfig())
 
 
 def _question(qid="q", answer="Parva", qtype="bridge", facts=(("Bo Lind", 0),)):
