@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/actor_memory.py --docs 300000 1000000 --work /tmp/worlds        # build once, measure
     .venv/bin/python bench/actor_memory.py --docs 300000 1000000 --work /tmp/worlds --tracemalloc 15
+    .venv/bin/python bench/actor_memory.py --docs 300000 1000000 --work /tmp/worlds --ray 1    # through Ray Data
 
 A world of N documents is built once under `--work/<N>` (as `bench/scale.py` builds it: synth, wiki, index
 with `--shards` shards, the node's retrieval layout, a path scorer trained on `--path-questions`
@@ -14,6 +15,15 @@ and after each batch, and the peak between readings (a sampling thread, every 10
 `--tracemalloc K`, Python's allocations are traced too and the K largest allocation sites held at the end
 are printed (numpy arrays included), with the peak traced. One JSON line per N, then a summary with the
 growth exponent (least squares in log N) of the anonymous memory after the last batch and of its peak.
+The candidates' digest says whether two versions of the code gave the same rows (run each with its
+tree on `PYTHONPATH`).
+
+With `--ray W`, instead: `retrieve.run` on the kept world, its `W` query actors in Ray Data's actor pool
+on a local cluster, sampled from /proc every `--every` seconds as `bench/scale.py` samples a stage (the
+largest query actor's peak RSS, PSS and anonymous memory). A sample of every process takes tens of
+milliseconds on a busy machine, so a working array that lives for less is seen by chance only: the
+one-process figures are the exact ones. Ray's workers put the driver's working folder first on their
+import path: run from the tree whose code is measured.
 """
 
 from __future__ import annotations
@@ -176,13 +186,11 @@ def measure(work: Path, num_docs: int, args) -> dict:
     for i in range(0, questions.num_rows, r.batch_size):
         out = actor(questions.slice(i, r.batch_size))
         candidates += out.num_rows
-        for column in out.columns:  # the candidates' digest: the same with another version of the code?
-            for chunk in column.chunks:
-                for buffer in chunk.buffers():
-                    if buffer is not None:
-                        digest.update(buffer)
-        del out
         batches.append({"after": anon_bytes(), "peak": peak.reset()})
+        # the candidates' digest (the same with another version of the code?), outside the figures
+        digest.update(json.dumps(out.to_pylist()).encode())
+        del out
+        peak.reset()
     seconds = time.perf_counter() - start
     peak.stop()
     result = {
@@ -225,6 +233,39 @@ def measure(work: Path, num_docs: int, args) -> dict:
     return result
 
 
+def measure_ray(work: Path, num_docs: int, args) -> dict:
+    """`retrieve.run` on the world under `work`, its query actors in Ray Data's actor pool on a local cluster
+    (`--ray W` actors), sampled as `bench/scale.py` samples a stage: the largest query actor's peak RSS, PSS
+    and anonymous memory."""
+    import ray
+    from procs import ProcessSampler
+
+    from workflows import retrieve
+    from xh.config import load_config
+
+    cfg = load_config(None, settings(work, num_docs, args))
+    r = cfg.retrieve.model_copy(update={"workers": args.ray})
+    cfg = cfg.model_copy(update={"retrieve": r})
+    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        with ProcessSampler(every=args.every) as sampled:
+            start = time.perf_counter()
+            retrieve.run(cfg)
+            seconds = time.perf_counter() - start
+    finally:
+        ray.shutdown()
+    actors = [v for k, v in sampled.kind_peaks().items() if "_QueryActor" in k]
+    return {
+        "docs": num_docs,
+        "questions": args.questions,
+        "query_actors": args.ray,
+        "query_actor_mib": max(actors, key=lambda v: v["rss"]) if actors else None,
+        "workers_total_peak_mib": sampled.workers_total,
+        "seconds": round(seconds, 1),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of log y on log x (None with fewer than two sizes)."""
     if len(xs) < 2:
@@ -244,6 +285,10 @@ def main() -> None:
     parser.add_argument("--docs-per-shard", type=int, default=10_000, help="pages per generated dump shard")
     parser.add_argument("--num-cpus", type=int, default=2, help="of the Ray cluster that builds a world")
     parser.add_argument("--tracemalloc", type=int, default=0, metavar="K", help="trace, print the K largest sites")
+    parser.add_argument(
+        "--ray", type=int, default=0, metavar="W", help="instead: retrieve.run with W query actors on Ray, sampled"
+    )
+    parser.add_argument("--every", type=float, default=0.2, help="with --ray: seconds between samples")
     parser.add_argument("--build-only", action="store_true", help="build the missing worlds, measure nothing")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides, a.b=c (repeatable)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # measure one size, in this process
@@ -256,7 +301,8 @@ def main() -> None:
     if args.one:
         # the layout the build wrote is found here as the query actors find theirs
         os.environ["XH_NODE_CACHE"] = str(root / str(args.docs[0]) / "node-cache")
-        print(RESULT + json.dumps(measure(root / str(args.docs[0]), args.docs[0], args)), flush=True)
+        how = measure_ray if args.ray else measure
+        print(RESULT + json.dumps(how(root / str(args.docs[0]), args.docs[0], args)), flush=True)
         return
     results = []
     for n in sorted(args.docs):
@@ -280,7 +326,22 @@ def main() -> None:
             sys.exit(f"measuring {n} documents failed (exit {child.returncode})")
         results.append(json.loads(lines[-1][len(RESULT) :]))
         print(json.dumps({"name": "actor_memory", **results[-1]}), flush=True)
-    if len(results) > 1:
+    if len(results) > 1 and args.ray:
+        sizes = [r["docs"] for r in results]
+        print(
+            json.dumps(
+                {
+                    "name": "actor_memory_ray_summary",
+                    "docs": sizes,
+                    "query_actors": args.ray,
+                    "query_actor_anon_mib": [r["query_actor_mib"]["anon"] for r in results],
+                    "exponent_anon": slope(sizes, [r["query_actor_mib"]["anon"] for r in results]),
+                    "finished_at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                }
+            ),
+            flush=True,
+        )
+    elif len(results) > 1:
         sizes = [r["docs"] for r in results]
         print(
             json.dumps(
