@@ -24,6 +24,10 @@ largest query actor's peak RSS, PSS and anonymous memory). A sample of every pro
 milliseconds on a busy machine, so a working array that lives for less is seen by chance only: the
 one-process figures are the exact ones. Ray's workers put the driver's working folder first on their
 import path: run from the tree whose code is measured.
+
+With `--docstore`, instead: batch scoring's graph half's lookups (`xh.graph.docstore.DocStore`, its
+node copy built under the world's folder on first use) of the candidate documents of each batch of
+questions, from the candidates a `--ray` run wrote: anonymous memory and the growth of Arrow's pool peak.
 """
 
 from __future__ import annotations
@@ -266,6 +270,43 @@ def measure_ray(work: Path, num_docs: int, args) -> dict:
     }
 
 
+def measure_docstore(work: Path, num_docs: int, args) -> dict:
+    """Batch scoring's graph half's lookups (`xh.graph.docstore.DocStore`) of the world's candidates (a
+    `--ray` run writes them), the candidate documents of `retrieve.batch_size` questions at a time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
+    from xh.config import load_config
+    from xh.graph.docstore import DocStore
+
+    batch_size = load_config(None, settings(work, num_docs, args)).retrieve.batch_size
+    candidates = pads.dataset(str(work / "retrieval" / "candidates"), format="parquet").to_table(
+        columns=["qid", "doc_id"]
+    )
+    qids = pc.unique(candidates["qid"])[: args.questions]
+    store = DocStore.open(str(work / "tables"), str(work / "doc-cache"))  # built by the first run
+    peak, loaded, digest = PeakAnon(), anon_bytes(), hashlib.sha256()
+    pool_before = pa.default_memory_pool().max_memory()
+    peak.reset()
+    start = time.perf_counter()
+    for i in range(0, len(qids), batch_size):
+        wanted = candidates.filter(pc.is_in(candidates["qid"], qids[i : i + batch_size]))["doc_id"]
+        docs, links = store.lookup(wanted.to_pylist())
+        digest.update(json.dumps([sorted(docs.items()), sorted(links.items())]).encode())
+    seconds = time.perf_counter() - start
+    peak.stop()
+    return {
+        "docs": num_docs,
+        "questions": len(qids),
+        "anon_mib": {"loaded": mib(loaded), "peak_during_lookups": mib(peak.reset()), "after": mib(anon_bytes())},
+        "arrow_pool_peak_growth_mib": mib(pa.default_memory_pool().max_memory() - pool_before),
+        "lookups_sha256": digest.hexdigest()[:16],
+        "seconds": round(seconds, 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of log y on log x (None with fewer than two sizes)."""
     if len(xs) < 2:
@@ -288,6 +329,11 @@ def main() -> None:
     parser.add_argument(
         "--ray", type=int, default=0, metavar="W", help="instead: retrieve.run with W query actors on Ray, sampled"
     )
+    parser.add_argument(
+        "--docstore",
+        action="store_true",
+        help="instead: the graph half's doc store lookups of a --ray run's candidates",
+    )
     parser.add_argument("--every", type=float, default=0.2, help="with --ray: seconds between samples")
     parser.add_argument("--build-only", action="store_true", help="build the missing worlds, measure nothing")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides, a.b=c (repeatable)")
@@ -301,7 +347,7 @@ def main() -> None:
     if args.one:
         # the layout the build wrote is found here as the query actors find theirs
         os.environ["XH_NODE_CACHE"] = str(root / str(args.docs[0]) / "node-cache")
-        how = measure_ray if args.ray else measure
+        how = measure_ray if args.ray else measure_docstore if args.docstore else measure
         print(RESULT + json.dumps(how(root / str(args.docs[0]), args.docs[0], args)), flush=True)
         return
     results = []
@@ -326,7 +372,9 @@ def main() -> None:
             sys.exit(f"measuring {n} documents failed (exit {child.returncode})")
         results.append(json.loads(lines[-1][len(RESULT) :]))
         print(json.dumps({"name": "actor_memory", **results[-1]}), flush=True)
-    if len(results) > 1 and args.ray:
+    if args.docstore:
+        pass
+    elif len(results) > 1 and args.ray:
         sizes = [r["docs"] for r in results]
         print(
             json.dumps(
