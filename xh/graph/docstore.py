@@ -117,7 +117,7 @@ class DocStore:
         if not found:
             return {}, {}
         rows = np.fromiter(found.values(), dtype=np.int64, count=len(found))
-        picked = self.docs.take(pa.array(rows)).select(DOC_COLUMNS[1:])
+        picked = take_rows(self.docs.select(DOC_COLUMNS[1:]), rows)
         docs = dict(zip(found, zip(picked.column("title").to_pylist(), picked.column("sentences").to_pylist())))
         starts, ends = self.offsets[rows], self.offsets[rows + 1]
         counts = ends - starts
@@ -126,11 +126,11 @@ class DocStore:
         # every link of the wanted rows, then only those whose target is wanted too
         positions = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         sources = np.repeat(rows, counts)
-        targets = self.links.column("target").take(pa.array(positions)).to_numpy()
+        targets = take_rows(self.links.select(["target"]), positions).column("target").to_numpy()
         keep = np.isin(targets, rows)
         if not keep.any():
             return docs, {}
-        kept = self.links.take(pa.array(positions[keep]))
+        kept = take_rows(self.links, positions[keep])
         id_of = {row: doc_id for doc_id, row in found.items()}
         links: dict[str, list[tuple[str, str, int]]] = {}
         for src, dst, anchor, sentence in zip(
@@ -141,6 +141,32 @@ class DocStore:
         ):
             links.setdefault(id_of[src], []).append((id_of[dst], anchor, sentence))
         return docs, links
+
+
+def take_rows(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """`table.take(rows)` a record batch at a time: Arrow's take over a chunked column joins its chunks
+    first, a copy of the whole column per call (the store's files are mapped in batches of rows)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    batches = table.to_batches()
+    if len(batches) <= 1 or not len(rows):
+        return table.take(pa.array(rows, pa.int64()))
+    bounds = np.cumsum([0, *(b.num_rows for b in batches)])
+    batch_of = np.searchsorted(bounds, rows, side="right") - 1
+    order = np.argsort(batch_of, kind="stable")  # grouped by batch
+    sorted_batches = batch_of[order]
+    starts = np.searchsorted(sorted_batches, np.arange(len(batches) + 1))
+    parts = [
+        batches[b].take(pa.array(rows[order[starts[b] : starts[b + 1]]] - bounds[b], pa.int64()))
+        for b in np.unique(sorted_batches).tolist()
+    ]
+    picked = pa.Table.from_batches(parts, schema=table.schema).combine_chunks()  # only the rows taken
+    back = np.empty(len(rows), np.int64)
+    back[order] = np.arange(len(rows))
+    return picked.take(pa.array(back))
+
+
+def _take_column(column: pa.ChunkedArray, rows: np.ndarray) -> pa.ChunkedArray | pa.Array:
+    return take_rows(pa.table({"value": column}), rows).column("value")
 
 
 def _files(tables: Location) -> list:
@@ -168,9 +194,7 @@ def _resolve_rows(ids: pa.Array, hashes: np.ndarray, rows: np.ndarray, doc_ids: 
     if single.any():
         candidate = rows[left[single]]
         same = np.asarray(
-            pc.equal(doc_ids.take(pa.array(candidate)), present.filter(pa.array(single))).to_numpy(
-                zero_copy_only=False
-            ),
+            pc.equal(_take_column(doc_ids, candidate), present.filter(pa.array(single))).to_numpy(zero_copy_only=False),
             dtype=bool,
         )
         result[np.flatnonzero(single)[same]] = candidate[same]

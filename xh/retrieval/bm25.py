@@ -119,6 +119,13 @@ MAX_FREQUENT = 32
 # Below this many queries a batch is scored with plain numpy (scipy's sparse product costs ~0.1 ms
 # to set up per call, more than a single query's work on a shard of some 10^4 documents).
 SMALL_BATCH = 8
+# At most this many (query, document) entries in one sparse product, counted as the postings of the
+# queries' terms (an upper bound): a batch is cut into parts below it, so the product's arrays (12
+# bytes an entry) stay the same size whatever the shard's (a query above it alone is a part of its own).
+PRODUCT_ENTRIES = 1 << 20
+# Documents scored at a time from the frequent terms' dense rows when a query's top k needs the
+# documents with frequent terms only: no working array spans the whole shard.
+FREQUENT_BLOCK = 1 << 16
 
 
 class ShardFileError(OSError):
@@ -482,8 +489,29 @@ class BM25Shard:
                 matches = self._match_small(batch)
                 results.extend(_empty(m) if isinstance(m, str) else self._top(*m, k) for m in matches)
             else:
-                results.extend(self._search_batch(batch, k))
+                for part in self._product_parts(batch):
+                    results.extend(self._search_batch(part, k))
         return results
+
+    def _product_parts(self, queries: Sequence[Sequence[str]]) -> list[Sequence[Sequence[str]]]:
+        """`queries` cut into consecutive parts whose terms that are not frequent have at most
+        `PRODUCT_ENTRIES` postings together (each query's row of the product holds at most its terms'
+        postings); a query with more is a part of its own."""
+        rows, indptr = self.term_rows, self.weights.indptr
+        columns = np.array([rows.get(t, -1) for tokens in queries for t in tokens], dtype=np.int64)
+        query_of = np.repeat(np.arange(len(queries)), [len(tokens) for tokens in queries])
+        known = columns >= 0
+        columns, query_of = columns[known], query_of[known]
+        postings = np.where(self._slot[columns] < 0, indptr[columns + 1] - indptr[columns], 0)
+        per_query = np.bincount(query_of, weights=postings, minlength=len(queries)).tolist()
+        parts, start, total = [], 0, 0.0
+        for q, size in enumerate(per_query):
+            if q > start and total + size > PRODUCT_ENTRIES:
+                parts.append(queries[start:q])
+                start, total = q, 0.0
+            total += size
+        parts.append(queries[start:])
+        return parts
 
     def search_text(self, questions: Sequence[str], k: int = 100, *, batch_size: int = 256) -> list[SearchResult]:
         """Analyze the questions with the shard's analyzer, then `search`; empty results say why."""
@@ -542,19 +570,35 @@ class BM25Shard:
                 bound += count * self._dense_max[slot]
             result = self._top(local, scores, k)
             if len(result) < k or result.scores[-1] <= bound:  # not provably complete: add the rest
-                result = self._top(*self._with_frequent_only(local, scores, frequent), k)
+                result = self._top(*self._with_frequent_only(local, scores, frequent, k), k)
             results.append(result)
         return results
 
-    def _with_frequent_only(self, local: np.ndarray, scores: np.ndarray, frequent: list[tuple[int, float]]):
-        """All matching documents: those found through other terms (`local`, `scores`, complete
-        scores), and those with frequent terms only (`frequent`: (slot, count)), from the dense rows."""
-        full = np.zeros(self.num_docs)
-        for slot, count in frequent:
-            full += count * self._dense[slot]
-        full[local] = scores
-        matched = full.nonzero()[0]  # pruning runs only where every weight is positive
-        return matched, full[matched]
+    def _with_frequent_only(
+        self, local: np.ndarray, scores: np.ndarray, frequent: list[tuple[int, float]], k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates for the top k among all matching documents: those found through other terms
+        (`local`, `scores`, complete scores), and those with frequent terms only (`frequent`: (slot,
+        count)), from the dense rows. Scored `FREQUENT_BLOCK` documents at a time, each block's top k
+        kept: the top k of what is kept is the top k of all (the order is total: score, then position)."""
+        order = np.argsort(local, kind="stable")
+        local, scores = local[order], scores[order]
+        kept_docs, kept_scores = [], []
+        for start in range(0, self.num_docs, FREQUENT_BLOCK):
+            stop = min(start + FREQUENT_BLOCK, self.num_docs)
+            block = np.zeros(stop - start)
+            for slot, count in frequent:
+                block += count * self._dense[slot, start:stop]
+            a, b = np.searchsorted(local, [start, stop])
+            block[local[a:b] - start] = scores[a:b]
+            matched = block.nonzero()[0]  # pruning runs only where every weight is positive
+            docs, found = matched + start, block[matched]
+            best = _top_k(found, docs, k)
+            kept_docs.append(docs[best])
+            kept_scores.append(found[best])
+        if not kept_docs:
+            return local[:0], scores[:0]
+        return np.concatenate(kept_docs), np.concatenate(kept_scores)
 
     # A match is (local doc indices, scores) of the documents sharing a term with the query, or the
     # reason there are none.
@@ -575,11 +619,10 @@ class BM25Shard:
                 continue
             all_docs = np.concatenate([docs[a:b] for a, b, _ in spans])
             all_values = np.concatenate([count * values[a:b] for a, b, count in spans])
-            matched = np.zeros(self.num_docs, dtype=bool)
-            matched[all_docs] = True
-            local = matched.nonzero()[0]
-            # bincount adds in input order: per document, the spans' order above
-            matches.append((local, np.bincount(all_docs, weights=all_values, minlength=self.num_docs)[local]))
+            # the matched documents numbered 0..m-1 (no array spans the shard); bincount adds in input
+            # order: per document, the spans' order above
+            local, slot = np.unique(all_docs, return_inverse=True)
+            matches.append((local, np.bincount(slot, weights=all_values, minlength=len(local))))
         return matches
 
     def _top(self, local: np.ndarray, scores: np.ndarray, k: int) -> SearchResult:

@@ -137,3 +137,29 @@ def test_a_node_builds_its_copy_once_and_a_rebuilt_table_gets_a_new_one(tmp_path
     assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.is_dir()) == sorted(
         {first.folder.name, third.folder.name}
     )
+
+
+def test_take_rows_a_batch_at_a_time_is_arrows_take():
+    """The store's rows are taken from the record batches that hold them (Arrow's take over a chunked
+    column would join every chunk first): the same table as `Table.take`, in the order asked, repeats too."""
+    from xh.graph.docstore import take_rows
+
+    rng = random.Random(3)
+    batches = [
+        pa.record_batch(
+            {
+                "n": list(range(a, a + size)),
+                "text": [f"t{i}" for i in range(a, a + size)],
+                "list": [[i, i] for i in range(a, a + size)],
+            }
+        )
+        for a, size in ((0, 5), (5, 1), (6, 7), (13, 4))
+    ]
+    table = pa.Table.from_batches(batches)
+    assert table.column("n").num_chunks == 4
+    for rows in ([], [3], [16, 0, 5, 5, 12, 6], [rng.randrange(17) for _ in range(40)]):
+        got = take_rows(table, rows)
+        assert got.equals(table.take(pa.array(rows, pa.int64()))), rows
+        assert got.column("n").to_pylist() == rows
+    one = pa.Table.from_batches(batches[:1])
+    assert take_rows(one, [4, 0]).column("n").to_pylist() == [4, 0]

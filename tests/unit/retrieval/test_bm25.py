@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
+from xh.retrieval import bm25
 from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, AnalyzerMismatchError
 from xh.retrieval.bm25 import (
     MAX_FREQUENT,
@@ -181,6 +182,23 @@ def test_every_path_gives_the_same_floats(shard, corpus):
         assert a.doc_ids == b.doc_ids
         assert np.array_equal(a.scores, b.scores) and np.array_equal(a.positions, b.positions)
         assert np.array_equal(scores[a.positions], a.scores)
+
+
+@pytest.mark.shared_data
+def test_working_memory_bounded_by_parts_and_blocks_gives_the_same_floats(shard, corpus, monkeypatch):
+    """A batch cut into parts of a few postings each, and the documents with frequent terms only scored
+    a few hundred at a time: the same documents, scores and order as one product over the whole shard."""
+    queries = corpus["queries"][:200] + [["film"], ["american", "film"], ["born", "state"]] * 4
+    whole = shard.search(queries, 50)
+    monkeypatch.setattr(bm25, "PRODUCT_ENTRIES", 2000)
+    monkeypatch.setattr(bm25, "FREQUENT_BLOCK", 300)
+    parts = shard._product_parts(queries)
+    assert len(parts) > 20 and [q for part in parts for q in part] == queries
+    assert any(len(part) == 1 for part in parts) and max(map(len, parts)) > 1
+    assert shard.num_docs > 10 * bm25.FREQUENT_BLOCK
+    for got, want in zip(shard.search(queries, 50), whole, strict=True):
+        assert got.doc_ids == want.doc_ids and got.reason == want.reason
+        assert np.array_equal(got.scores, want.scores) and np.array_equal(got.positions, want.positions)
 
 
 @pytest.mark.shared_data
