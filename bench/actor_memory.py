@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -85,22 +84,9 @@ class PeakAnon:
 
 def settings(work: Path, num_docs: int, args) -> list[str]:
     """The config overrides of the world of `num_docs` documents under `work` (those of `bench/scale.py`)."""
-    return [
-        f"storage.root={work}",
-        f"ray.num_cpus={args.num_cpus}",
-        f"mlflow.tracking_uri=sqlite:///{work / 'mlflow.db'}",
-        f"mlflow.artifact_location={work / 'artifacts'}",
-        f"synth.num_docs={num_docs}",
-        f"synth.num_questions={args.questions}",
-        "synth.num_claims=0",
-        "synth.fever_pages=false",
-        f"synth.docs_per_shard={args.docs_per_shard}",
-        f"wiki.inputs=[{work / 'world' / 'wiki'}]",
-        f"retrieve.shards={args.shards}",
-        f"retrieve.questions={work / 'world' / 'hotpot' / 'questions.json'}",
-        f"retrieve.path_scorer={work / 'models' / 'path-scorer'}",
-        *args.set,
-    ]
+    from scale import world_settings
+
+    return [*world_settings(work, num_docs, args), f"retrieve.path_scorer={work / 'models' / 'path-scorer'}", *args.set]
 
 
 def build(work: Path, num_docs: int, args) -> dict:
@@ -307,16 +293,9 @@ def measure_docstore(work: Path, num_docs: int, args) -> dict:
     }
 
 
-def slope(xs: list[float], ys: list[float]) -> float | None:
-    """Least-squares slope of log y on log x (None with fewer than two sizes)."""
-    if len(xs) < 2:
-        return None
-    lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return round(sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx), 3)
-
-
 def main() -> None:
+    from scale import slope
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, nargs="+", required=True)
     parser.add_argument("--work", required=True, help="folder of the worlds, one per N, kept between runs")

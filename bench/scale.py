@@ -106,6 +106,25 @@ def index_figures(work: Path, num_docs: int, shard_budget: float) -> dict:
     }
 
 
+def world_settings(work: Path, num_docs: int, args) -> list[str]:
+    """The config overrides of a generated world of `num_docs` documents under `work`: its synth, wiki and
+    retrieval settings and local MLflow (`bench/actor_memory.py` builds its worlds with them too)."""
+    return [
+        f"storage.root={work}",
+        f"ray.num_cpus={args.num_cpus}",
+        f"mlflow.tracking_uri=sqlite:///{work / 'mlflow.db'}",
+        f"mlflow.artifact_location={work / 'artifacts'}",
+        f"synth.num_docs={num_docs}",
+        f"synth.num_questions={args.questions}",
+        "synth.num_claims=0",
+        "synth.fever_pages=false",
+        f"synth.docs_per_shard={args.docs_per_shard}",
+        f"wiki.inputs=[{work / 'world' / 'wiki'}]",
+        f"retrieve.shards={args.shards}",
+        f"retrieve.questions={work / 'world' / 'hotpot' / 'questions.json'}",
+    ]
+
+
 def one_size(args, num_docs: int, backbone: str) -> dict:
     import ray
 
@@ -117,18 +136,7 @@ def one_size(args, num_docs: int, backbone: str) -> dict:
         work = Path(tmp)
         questions_file = work / "world" / "hotpot" / "questions.json"
         base = [
-            f"storage.root={work}",
-            f"ray.num_cpus={args.num_cpus}",
-            f"mlflow.tracking_uri=sqlite:///{work / 'mlflow.db'}",
-            f"mlflow.artifact_location={work / 'artifacts'}",
-            f"synth.num_docs={num_docs}",
-            f"synth.num_questions={args.questions}",
-            "synth.num_claims=0",
-            "synth.fever_pages=false",
-            f"synth.docs_per_shard={args.docs_per_shard}",
-            f"wiki.inputs=[{work / 'world' / 'wiki'}]",
-            f"retrieve.shards={args.shards}",
-            f"retrieve.questions={questions_file}",
+            *world_settings(work, num_docs, args),
             f"model.backbone={backbone}",
             "model.max_node_tokens=128",
             "train.register_as=xh-scale",
@@ -240,7 +248,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
         return None
     lx, ly = [math.log(x) for x in xs], [math.log(max(y, 1e-9)) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return round(sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx), 2)
+    return round(sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx), 3)
 
 
 def markdown(results: list[dict]) -> str:
