@@ -3,7 +3,7 @@
     with ProcessSampler() as sampled:
         run_the_stage()
     sampled.driver, sampled.worker, sampled.worker_name   # peak RSS: this process, the largest Ray worker
-    sampled.cpu_seconds()   # {"driver": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, "ray system: raylet": s ...}
+    sampled.cpu_seconds()   # {"driver": s, "sampler": s, "ray::MapWorker(MapBatches(_InferenceActor))": s, "ray system: raylet": s ...}
     sampled.kind_peaks()    # {kind: {"rss", "pss", "anon": the largest process's MiB; "sum_rss", "sum_pss": the
                             #  peak of the kind's processes together; "count": most processes at once}}
     sampled.workers_total   # {"rss": MiB, "pss": MiB}: the peak over samples of the sum over every Ray worker
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -97,14 +98,17 @@ def kind(title: str) -> str:
 class ProcessSampler:
     """Samples this process and every process under it while in use: peak RSS, CPU seconds by kind."""
 
-    def __init__(self, every: float = 0.2):
-        self.every, self.driver, self.worker, self.worker_name = every, 0, 0, ""
+    def __init__(self, every: float = 0.2, memory: bool = True):
+        # memory=False reads only each process's CPU counters: `smaps_rollup` walks a process's page tables,
+        # CPU that a throughput benchmark would otherwise take from the processes it measures
+        self.every, self.memory, self.driver, self.worker, self.worker_name = every, memory, 0, 0, ""
         self._stop = threading.Event()
         self._start_cpu: dict[int, float] = {}
         self._last_cpu: dict[int, float] = {}
         self._kind: dict[int, str] = {}
         self._peaks: dict[str, dict[str, int]] = {}
         self.workers_total = {"rss": 0.0, "pss": 0.0}
+        self._own = 0.0
 
     def _sample(self, first: bool = False) -> None:
         me = os.getpid()
@@ -119,6 +123,10 @@ class ProcessSampler:
             # shows no command line ("?"), and keeps the kind it had
             if name not in ("ray worker (starting)", "ray system: ?") or pid not in self._kind:
                 self._kind[pid] = name
+        if self.memory:
+            self._sample_memory(processes)
+
+    def _sample_memory(self, processes: dict[int, str]) -> None:
         total = {"rss": 0, "pss": 0}
         by_kind: dict[str, dict[str, int]] = {}
         for pid, name in processes.items():
@@ -151,13 +159,15 @@ class ProcessSampler:
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             self._sample()
+        self._own = time.thread_time()  # this thread's CPU, which the driver's counters include
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU seconds used while sampling, by process kind (largest first)."""
-        out: dict[str, float] = {}
+        out: dict[str, float] = {"sampler": self._own}
         for pid, used in self._last_cpu.items():
             name = self._kind[pid]
             out[name] = out.get(name, 0.0) + used - self._start_cpu.get(pid, 0.0)
+        out["driver"] -= self._own  # the driver's own work, less this sampling
         return {k: round(v, 1) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
     def kind_peaks(self) -> dict[str, dict[str, float]]:

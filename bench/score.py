@@ -20,7 +20,8 @@ CPUs given to Ray; both sides have the same CPUs), qps_single_process, ratio (pr
 process); the fixed costs apart: fixed_seconds (the project's run of 8 questions: Ray actors started,
 index and model loaded, stages staged; the single process's loading), steady_qps and ratio_steady
 (throughput once those are paid); stage_share (share of the project's time per stage); cpu_seconds
-(CPU the project's run used, by process: each stage's actors, the driver, Ray's own processes). On a GPU
+(CPU the project's run used, by process: each stage's actors, the driver, Ray's own processes, the
+sampling itself) and cpu_seconds_single_process (the same for the loop). On a GPU
 machine pass --gpu: the model actors take one GPU each (`score.use_gpu`) and qps_per_gpu replaces
 qps_per_core.
 """
@@ -183,7 +184,7 @@ def main() -> None:
                     f"score.use_gpu={'true' if args.gpu else 'false'}",
                 ],
             )
-            with ProcessSampler(every=0.5) as sampled:
+            with ProcessSampler(every=1.0, memory=False) as sampled:
                 start = time.perf_counter()
                 summary = score.run(cfg)
                 seconds = time.perf_counter() - start
@@ -194,7 +195,8 @@ def main() -> None:
         project_s, summary = scoring("incoming")
         load_between = os.getloadavg()[0]
         ray.shutdown()
-        load_s, loop_s = single_process(base, questions, model_dir, threads=args.num_cpus)
+        with ProcessSampler(every=1.0, memory=False) as sampled_loop:  # the same sampling on both sides
+            load_s, loop_s = single_process(base, questions, model_dir, threads=args.num_cpus)
         load_after = os.getloadavg()[0]
 
     seconds, n = summary["seconds"], len(questions)
@@ -225,6 +227,7 @@ def main() -> None:
                 "wall_seconds": round(project_s, 2),
                 # where the project's CPU went: the stages' actors and tasks, the driver, Ray's own processes
                 "cpu_seconds": summary["cpu_seconds"],
+                "cpu_seconds_single_process": sampled_loop.cpu_seconds(),
                 "backbone": Path(backbone).name,
                 "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
                 # the 1-minute load average before the project's run, between the two sides and after the
