@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; whole files go to one process, which keeps module fixtures built once).
-# 0, the default, runs everything in one process: with two on a 2-core machine under load, tests that
-# wait for a job or a shard against their own deadline missed it (docs/testing.md).
-TEST_WORKERS ?= 0
+# Two, the default, fill each other's waits (process, actor and server starts): 1.25x one on the quiet
+# 2-core machine; TEST_WORKERS=0 runs everything in this process (docs/testing.md).
+TEST_WORKERS ?= 2
 # Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
 # `make lock` refreshes it, `make install` installs exactly it.
 LOCK := requirements.lock
