@@ -69,7 +69,7 @@ def s3_endpoint(tmp_path_factory) -> S3Settings:
         proc = subprocess.Popen([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
     try:
         endpoint = f"http://127.0.0.1:{port}"
-        _wait_http(f"{endpoint}/moto-api/", proc, 60, log)
+        _wait_http(f"{endpoint}/moto-api/", proc, 120, log)
         settings = S3Settings(
             endpoint_url=endpoint, region="us-east-1", access_key_id="testing", secret_access_key="testing"
         )
