@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; whole files go to one process, which keeps module fixtures built once).
-# Two, the default, fill each other's waits (process, actor and server starts): 1.25x one on the quiet
+# Two, the default, fill each other's waits (process, actor and server starts): 1.29x one on the quiet
 # 2-core machine; TEST_WORKERS=0 runs everything in this process (docs/testing.md).
 TEST_WORKERS ?= 2
 # Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
