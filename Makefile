@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; whole files go to one process, which keeps module fixtures built once).
-# Two, the default, fill each other's waits (process, actor and server starts): 1.29x one on the quiet
-# 2-core machine; TEST_WORKERS=0 runs everything in this process (docs/testing.md).
-TEST_WORKERS ?= 2
+# 0, the default, runs everything in one process: two on a 2-core machine took 1,050 s in one run and
+# 2,023 s in another against one process's steady 1,358 s (docs/testing.md).
+TEST_WORKERS ?= 0
 # Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
 # `make lock` refreshes it, `make install` installs exactly it.
 LOCK := requirements.lock
