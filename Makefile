@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist; whole files go to one process, which keeps module fixtures built once).
-# 0, the default, runs everything in one process: two on a 2-core machine took 1,050 s in one run and
-# 2,023 s in another against one process's steady 1,358 s (docs/testing.md).
+# 0, the default, runs everything in one process; two took 1,050 s against one's 1,358 s on the
+# development environment, not yet measured on one built as CI builds it (docs/testing.md).
 TEST_WORKERS ?= 0
 # Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
 # `make lock` refreshes it, `make install` installs exactly it.
@@ -39,9 +39,11 @@ $(UV):
 # beyond the lock (a CUDA build's nvidia libraries, pinned by torch itself; nothing for the CPU wheel);
 # the project last, without dependencies or an isolated build (its build backend is the locked
 # setuptools). `uv pip install`, not `sync`: sync would remove torch, which the lock does not name.
+# --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (CI) every
+# process, each Ray worker included, would compile Ray, MLflow and transformers from source again.
 $(STAMP): pyproject.toml $(LOCK) | $(UV)
 	$(PY) -m pip install --quiet --no-deps $(TORCH_INDEX_ARGS) torch==$(TORCH_VERSION)
-	$(UV) pip install --quiet --python $(PY) --no-deps --require-hashes -r $(LOCK)
+	$(UV) pip install --quiet --python $(PY) --no-deps --require-hashes --compile-bytecode -r $(LOCK)
 	$(PY) -m pip install --quiet $(TORCH_INDEX_ARGS) torch==$(TORCH_VERSION)
 	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation -e .
 	$(PY) -m pip check
