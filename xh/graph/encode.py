@@ -32,7 +32,6 @@ paragraph's sentences); `sentence_labels` cover those. Unknown labels are -1.
 
 from __future__ import annotations
 
-import bisect
 import multiprocessing
 import os
 from collections import deque
@@ -54,27 +53,30 @@ def _index(value: str | None, choices: tuple[str, ...]) -> int:
 def truncate_node(
     question_len: int, anchor_lens: list[int], paragraph_len: int, max_tokens: int
 ) -> tuple[int, list[int], int]:
-    """Lengths kept of the question, of each anchor (emptied anchors removed) and of the paragraph."""
+    """Lengths kept of the question, of each anchor (emptied anchors removed) and of the paragraph.
+
+    The rule drops one token at a time from the longer side; while side B (paragraph and [SEP]) is the
+    longer, its whole run of drops is taken at once (a long paragraph cut to a short node is most of them)."""
     anchors = [n for n in anchor_lens if n > 0]
     q, p = question_len, paragraph_len
-
-    def side_a() -> int:
-        return 1 + q + 1 + sum(n + 1 for n in anchors)
-
-    while side_a() + p + 1 > max_tokens:
-        if side_a() > p + 1:
+    a = 1 + q + 1 + sum(n + 1 for n in anchors)  # side A: [CLS] question [SEP], each anchor and its [SEP]
+    while a + p + 1 > max_tokens:
+        if a > p + 1:
             if anchors:
                 anchors[-1] -= 1
+                a -= 1
                 if anchors[-1] == 0:
                     anchors.pop()
+                    a -= 1
             elif q > 1:
                 q -= 1
+                a -= 1
             elif p > 0:
                 p -= 1
             else:
                 raise ValueError(f"max_node_tokens={max_tokens} leaves no room for a node of one question token")
-        else:
-            p -= 1
+        else:  # until the node fits or side A is the longer (a tie drops from side B)
+            p -= min(a + p + 1 - max_tokens, p + 2 - a)
     return q, anchors, p
 
 
@@ -116,13 +118,12 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
         mask = np.zeros(length, bool)
         mask[len(side_a) : len(side_a) + p_len] = True
         offsets = np.full((length, 2), -1, np.int64)
-        if p_len:
-            offsets[len(side_a) : len(side_a) + p_len] = np.asarray(p_offs[:p_len], np.int64)
+        kept = np.asarray(p_offs[:p_len], np.int64).reshape(-1, 2)  # the kept paragraph tokens' spans
+        offsets[len(side_a) : len(side_a) + p_len] = kept
         # which sentence each paragraph token starts in
-        starts = list(np.cumsum([0, *(len(s) for s in node["sentences"] or ())])[:-1])
+        starts = np.cumsum([0, *(len(s) for s in node["sentences"] or ())])[:-1]
         sentence_ids = np.full(length, -1, np.int64)
-        for t in range(p_len):
-            sentence_ids[len(side_a) + t] = bisect.bisect_right(starts, p_offs[t][0]) - 1
+        sentence_ids[len(side_a) : len(side_a) + p_len] = np.searchsorted(starts, kept[:, 0], side="right") - 1
         kept_sentences = int(sentence_ids.max()) + 1 if p_len else 0
         num_sentences.append(kept_sentences)
 
@@ -141,12 +142,12 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
             start, end = int(span["start"]), int(span["end"])
             if end > kept_end or end <= start:
                 continue  # cut by truncation (or empty)
-            tokens = [t for t in range(p_len) if p_offs[t][1] > start and p_offs[t][0] < end]
-            if not tokens:
+            tokens = np.flatnonzero((kept[:, 1] > start) & (kept[:, 0] < end))
+            if not len(tokens):
                 continue
             found += 1
             priority = 0 if node.get("is_evidence") else 1
-            spans.append((priority, i, start, len(side_a) + tokens[0], len(side_a) + tokens[-1]))
+            spans.append((priority, i, start, len(side_a) + int(tokens[0]), len(side_a) + int(tokens[-1])))
         has_answer.append(-1 if char_spans is None else int(found > 0))
 
         per_node["input_ids"].append(input_ids)
@@ -213,6 +214,13 @@ def _encode_in_worker(rows: list[dict]) -> list[EncodedGraph]:
     return encode_graphs(rows, *_worker_settings)
 
 
+def own_rows(table):
+    """A pyarrow table as a copy holding only its own rows. A slice of a larger table (a batch Ray Data
+    cuts from a block, or `table.slice`) pickles its parent's whole buffers: sent to an encoder process
+    as it is, each chunk of 16 graphs would carry every graph of the block."""
+    return table.take(np.arange(table.num_rows))
+
+
 class GraphEncoder:
     """`encode_graph` over chunks of rows, in `processes` worker processes that keep their tokenizer.
 
@@ -242,7 +250,9 @@ class GraphEncoder:
             return
         in_flight: deque = deque()
         for rows in chunks:
-            in_flight.append(self._pool.submit(_encode_in_worker, rows if hasattr(rows, "to_pylist") else list(rows)))
+            in_flight.append(
+                self._pool.submit(_encode_in_worker, own_rows(rows) if hasattr(rows, "take") else list(rows))
+            )
             if len(in_flight) > self.processes:
                 yield in_flight.popleft().result()
         while in_flight:

@@ -106,6 +106,17 @@ def _check(graph: EncodedGraph) -> None:
             raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is not on paragraph tokens")
 
 
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def token_places(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For items of these sizes laid end to end (a node's tokens, say): each element's item and its
+    position within the item."""
+    item = np.repeat(np.arange(len(sizes)), sizes)
+    return item, np.arange(len(item)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+
 def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBatch:
     """Stack graphs into one batch: nodes as rows padded to the longest node (rounded up to a multiple of
     `length_multiple`, so that batches come in few shapes), edges batch-global."""
@@ -113,28 +124,36 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
         raise ValueError("collate needs at least one graph")
     for graph in graphs:
         _check(graph)
-    node_arrays = [(g, i) for g in graphs for i in range(g.num_nodes)]
-    n = len(node_arrays)
-    length = max(len(g.input_ids[i]) for g, i in node_arrays)
-    length = -(-length // length_multiple) * length_multiple
+    sizes = np.array([len(ids) for g in graphs for ids in g.input_ids], np.int64)
+    n = len(sizes)
+    length = round_up(int(sizes.max()), length_multiple)
     max_sentences = max(1, max(int(s) for g in graphs for s in g.num_sentences))
+
+    # Every node's tokens placed at once (a batch of short nodes has hundreds of nodes): one
+    # concatenation per field, scattered to (node, position).
+    node, position = token_places(sizes)
+
+    def tokens(name: str) -> np.ndarray:
+        return np.concatenate([a for g in graphs for a in getattr(g, name)])
 
     input_ids = np.zeros((n, length), np.int64)
     attention_mask = np.zeros((n, length), np.int64)
     token_type_ids = np.zeros((n, length), np.int64)
     paragraph_mask = np.zeros((n, length), bool)
     sentence_ids = np.full((n, length), -1, np.int64)
+    input_ids[node, position] = tokens("input_ids")
+    attention_mask[node, position] = 1
+    token_type_ids[node, position] = tokens("token_type_ids")
+    paragraph_mask[node, position] = tokens("paragraph_mask")
+    sentence_ids[node, position] = tokens("sentence_ids")
+    labels = [
+        np.asarray(g.sentence_labels[i] if i < len(g.sentence_labels) else (), np.int64)[:max_sentences]
+        for g in graphs
+        for i in range(g.num_nodes)
+    ]
     sentence_labels = np.full((n, max_sentences), -1, np.int64)
-    for row, (g, i) in enumerate(node_arrays):
-        size = len(g.input_ids[i])
-        input_ids[row, :size] = g.input_ids[i]
-        attention_mask[row, :size] = 1
-        token_type_ids[row, :size] = g.token_type_ids[i]
-        paragraph_mask[row, :size] = g.paragraph_mask[i]
-        sentence_ids[row, :size] = g.sentence_ids[i]
-        if i < len(g.sentence_labels):
-            labels = np.asarray(g.sentence_labels[i])[:max_sentences]
-            sentence_labels[row, : len(labels)] = labels
+    label_node, label_position = token_places(np.array([len(a) for a in labels], np.int64))
+    sentence_labels[label_node, label_position] = np.concatenate([np.zeros(0, np.int64), *labels])
 
     offsets = np.cumsum([0] + [g.num_nodes for g in graphs])
     edges = [np.asarray(g.edges, np.int64).reshape(-1, 2) + offsets[k] for k, g in enumerate(graphs)]

@@ -31,6 +31,7 @@ embeddings offset as RoBERTa's (padding_idx + 1) are handled. `flash_attention_2
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, fields
 
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from xh.graph.encoded import EncodedGraph
-from xh.model.batch import GraphBatch, collate
+from xh.model.batch import GraphBatch, collate, round_up, token_places
 
 
 @dataclass
@@ -59,26 +60,34 @@ class PackedBatch(GraphBatch):
         return tuple(self.row_input_ids.shape)
 
 
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """Bins of item indices: longest item first, each into the first bin with room (ties keep input order)."""
+    """Bins of item indices: longest item first, each into the first bin with room (ties keep input order).
+
+    Items of one length are placed together: one pass over the bins, each taking as many of them as
+    its room holds, which is where first fit would put them one by one. Nodes come in few lengths when
+    they are short (many truncated alike), so a batch of hundreds of them costs a pass over the bins a
+    length, not one an item: this runs several times a batch in the training process's own thread."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if order and lengths[order[0]] > capacity:
+        raise ValueError(f"an item of {lengths[order[0]]} does not fit a bin of {capacity}")
     bins: list[list[int]] = []
     room: list[int] = []
-    for item in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        size = lengths[item]
-        if size > capacity:
-            raise ValueError(f"an item of {size} does not fit a bin of {capacity}")
+    for size, run in itertools.groupby(order, key=lengths.__getitem__):
+        items = list(run)
+        placed = 0
         for b, free in enumerate(room):
-            if size <= free:
-                bins[b].append(item)
-                room[b] -= size
-                break
-        else:
-            bins.append([item])
-            room.append(capacity - size)
+            if free >= size:
+                count = min(free // size if size else len(items), len(items) - placed)
+                bins[b] += items[placed : placed + count]
+                room[b] = free - count * size
+                placed += count
+                if placed == len(items):
+                    break
+        while placed < len(items):
+            count = min(capacity // size if size else len(items), len(items) - placed)
+            bins.append(items[placed : placed + count])
+            room.append(capacity - count * size)
+            placed += count
     return bins
 
 
@@ -104,23 +113,27 @@ def pack(
     if rows is not None and len(placement) <= rows:
         num_rows = rows
 
-    nodes = [(g, i) for g in graphs for i in range(g.num_nodes)]
+    # Each node's first flat index in the [R * T] rows, then every token's, for all nodes at once (a
+    # batch of short nodes has hundreds); the tokens themselves are read from collate's [N, L] arrays.
+    node_start = [0] * len(lengths)
+    for r, row_nodes in enumerate(placement):
+        start = r * row_tokens
+        for n in row_nodes:
+            node_start[n] = start
+            start += lengths[n]
+    node, position = token_places(np.asarray(lengths, np.int64))
+    flat = np.asarray(node_start, np.int64)[node] + position
+
     input_ids = np.zeros((num_rows, row_tokens), np.int64)
     token_types = np.zeros((num_rows, row_tokens), np.int64)
     positions = np.zeros((num_rows, row_tokens), np.int64)
     segments = np.repeat(-1 - np.arange(num_rows, dtype=np.int64)[:, None], row_tokens, axis=1)
     token_index = np.zeros(tuple(batch.input_ids.shape), np.int64)
-    for r, row_nodes in enumerate(placement):
-        start = 0
-        for n in row_nodes:
-            g, i = nodes[n]
-            end = start + lengths[n]
-            input_ids[r, start:end] = g.input_ids[i]
-            token_types[r, start:end] = g.token_type_ids[i]
-            positions[r, start:end] = np.arange(lengths[n])
-            segments[r, start:end] = n
-            token_index[n, : lengths[n]] = r * row_tokens + np.arange(start, end)
-            start = end
+    input_ids.flat[flat] = batch.input_ids.numpy()[node, position]
+    token_types.flat[flat] = batch.token_type_ids.numpy()[node, position]
+    positions.flat[flat] = position
+    segments.flat[flat] = node
+    token_index[node, position] = flat
     return PackedBatch(
         **{f.name: getattr(batch, f.name) for f in fields(batch)},
         row_input_ids=torch.from_numpy(input_ids),

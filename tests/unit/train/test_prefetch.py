@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from xh.graph.encode import GraphEncoder, encode_graph
+from xh.graph.encode import GraphEncoder, encode_graph, own_rows
 from xh.train.prefetch import Prefetcher
 
 
@@ -83,15 +83,31 @@ def row(qid: str, words: int) -> dict:
     }
 
 
+def test_a_slice_of_a_table_goes_to_an_encoder_process_without_its_parents_rows():
+    import pickle
+
+    import pyarrow as pa
+
+    table = pa.table({"qid": [f"q{k}" for k in range(2000)], "question": ["x" * 500] * 2000})
+    chunk = table.slice(1000, 16)
+    assert len(pickle.dumps(chunk)) > 1_000_000  # pyarrow pickles a slice's parent buffers whole
+    assert len(pickle.dumps(own_rows(chunk))) < 20_000
+    assert own_rows(chunk).equals(chunk)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("processes", [0, 2])
 def test_the_graph_encoder_gives_encode_graphs_output_chunk_by_chunk(minilm_path, processes):
+    import pyarrow as pa
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path)
     chunks = [[row(f"q{c}{k}", 5 + 7 * c + k) for k in range(3)] for c in range(4)]
+    table = pa.Table.from_pylist([r for rows in chunks for r in rows])
+    slices = [table.slice(3 * c, 3) for c in range(4)]  # as Ray Data hands them: slices of a block
     with GraphEncoder(tokenizer, max_node_tokens=32, processes=processes) as encoder:
         encoded = list(encoder.map(iter(chunks)))
+        assert [[g.qid for g in graphs] for graphs in encoder.map(slices)] == [[g.qid for g in gs] for gs in encoded]
         if processes:  # each worker tokenizes on one thread: the processes are the parallelism
             assert set(encoder._pool.map(os.getenv, ["TOKENIZERS_PARALLELISM"] * 4)) == {"false"}
     assert [[g.qid for g in graphs] for graphs in encoded] == [[r["qid"] for r in rows] for rows in chunks]
