@@ -174,13 +174,16 @@ def build_world(cfg, records: list[dict]) -> None:
     return cfg
 
 
+FEED = ("feed_data_fraction", "feed_encode_fraction", "feed_batch_fraction")
+
+
 def epoch_history(run_id: str) -> list[dict]:
     """The run's per-epoch figures (`xh.train.loop.epoch_figures`), in epoch order."""
     from mlflow import MlflowClient
 
     client = MlflowClient()
     keys = ("epoch_seconds", "epoch_batches", "epoch_real_tokens", "real_token_fraction", "distinct_step_shapes")
-    keys += ("gpu_memory_peak_gib", "encode_wait_fraction")
+    keys += ("gpu_memory_peak_gib", "encode_wait_fraction", *FEED)
     columns = {k: [m.value for m in sorted(client.get_metric_history(run_id, k), key=lambda m: m.step)] for k in keys}
     columns = {k: v for k, v in columns.items() if v}  # no GPU: no memory peak
     return [dict(zip(columns, values)) for values in zip(*columns.values())]
@@ -205,6 +208,8 @@ def train_figures(name: str, summary: dict, seconds: float) -> dict:
         "gpu_memory_peak_gib": round(max((e.get("gpu_memory_peak_gib", 0.0) for e in epochs), default=0.0), 2),
         # the share of the later epochs the step loop waited for its next batch: near 1, input-bound
         "encode_wait_fraction": round(statistics.mean(e["encode_wait_fraction"] for e in later), 3),
+        # and where the making of batches spent those epochs: Ray Data, the encoder processes, packing
+        **{k: round(statistics.mean(e[k] for e in later), 3) for k in FEED},
         "dev_f1": round(summary["metrics"].get("dev_f1", 0.0), 4),
     }
 
@@ -311,15 +316,16 @@ def promote_and_score(cfg, device: str, records: list[dict]) -> None:
 
 def table(records: list[dict]) -> str:
     lines = [
-        "| run | real tokens/s | step s | real-token fraction | shapes/epoch | first / later epoch s | GPU peak GiB |"
+        "| run | real tokens/s | step s | real-token fraction | shapes/epoch | first / later epoch s | GPU peak GiB "
+        "| step loop waits | feed: data / encode / batch |"
     ]
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("|---|---|---|---|---|---|---|---|---|")
     for r in records:
         if r["name"].startswith("train/"):
             lines.append(
                 f"| {r['name'][6:]} | {r['real_tokens_per_s']:,} | {r['step_s']} | {r['real_token_fraction']} | "
                 f"{r['distinct_shapes_per_epoch']} | {r['first_epoch_s']} / {r['later_epoch_s']} | "
-                f"{r['gpu_memory_peak_gib']} |"
+                f"{r['gpu_memory_peak_gib']} | {r['encode_wait_fraction']} | {' / '.join(str(r[k]) for k in FEED)} |"
             )
     others = [r for r in records if not r["name"].startswith(("train/", "stage/"))]
     lines += ["", *(f"- {json.dumps(r)}" for r in others)]

@@ -103,7 +103,7 @@ def batches(config: str, rows: list[dict], tokenizer, args, encoder):
     if config == "packed":
         made = (pack(graphs, args.max_node_tokens, args.row_multiple) for graphs in encoder.map(chunks))
     else:  # what training with `train.batching=tokens` makes
-        made = BatchLayout.of(token_budget_config(args)).batches(chunks, encoder)
+        made = BatchLayout.of(token_budget_config(args)).batches(encoder.map(chunks))
     return Prefetcher(made, depth=args.depth, pin_memory=args.device == "cuda")
 
 

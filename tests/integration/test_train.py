@@ -86,6 +86,8 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert "dev_f1" in run_data.metrics and "graphs_per_s" in run_data.metrics
     assert run_data.metrics["distinct_step_shapes"] == 1  # every batch [16, 128]
     assert run_data.metrics["real_token_fraction"] > 0.5 and 0 <= run_data.metrics["encode_wait_fraction"] < 1
+    feed = [run_data.metrics[f"feed_{part}_fraction"] for part in ("data", "encode", "batch")]
+    assert all(0 <= share < 1 for share in feed) and 0 < sum(feed) < 1  # the batch maker's time, by part
     # the graphs table's own settings are logged with the run
     assert run_data.params["graphs.edge_mode"] == "hyperlink" and run_data.params["graphs.setting"] == "distractor"
     assert run_data.params["graphs.seed"] == "13" and run_data.params["graphs.comparison_full"] == "True"

@@ -2,7 +2,7 @@
 
     layout = BatchLayout.of(cfg)                        # graphs: collate; tokens: packed rows [R, T]
     with GraphEncoder(tokenizer, cfg.model.max_node_tokens, cfg.train.encode_processes) as encoder:
-        batches = Prefetcher(layout.batches(chunks_of_rows, encoder, skip=k, limit=n), pin_memory=cuda)
+        batches = Prefetcher(layout.batches(encoder.map(chunks_of_rows), skip=k, limit=n), pin_memory=cuda)
         for batch in in_lockstep(batches, device) if layout.packed else batches:
             stats.add(batch)                            # BatchStats: shapes, real / computed tokens
     plan = step_plan(cfg, train_ds, num_train_graphs)   # on the driver: graph batches, or plan_token_batches
@@ -76,11 +76,11 @@ class BatchLayout:
         return fill_rows(itertools.chain.from_iterable(graphs), self.rows, self.row_tokens)
 
     def batches(
-        self, chunks: Iterable[list[dict]], encoder, skip: int = 0, limit: int | None = None
+        self, encoded: Iterable[list[EncodedGraph]], skip: int = 0, limit: int | None = None
     ) -> Iterator[GraphBatch]:
-        """Batches from chunks of graph rows, encoded by `encoder` (`xh.graph.encode.GraphEncoder`):
-        the first `skip` are left out (a resumed epoch), and at most `limit` are made."""
-        for index, graphs in enumerate(self.groups(encoder.map(chunks))):
+        """Batches from chunks of encoded graphs (`xh.graph.encode.GraphEncoder.map`): the first `skip`
+        are left out (a resumed epoch), and at most `limit` are made."""
+        for index, graphs in enumerate(self.groups(encoded)):
             if limit is not None and index >= limit:
                 return
             if index >= skip:

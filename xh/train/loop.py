@@ -41,7 +41,7 @@ from xh.model import XHModel, load_tokenizer
 from xh.model.variants import architecture, load_saved, new_model
 from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
-from xh.train.prefetch import Prefetcher
+from xh.train.prefetch import Prefetcher, timed
 from xh.train.split import SPLIT_ARTIFACT, in_dev_split  # noqa: F401 (in_dev_split: re-exported)
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
 from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, optimizer_step, report, start_worker
@@ -191,17 +191,29 @@ def log_progress(step: int, total: int, loss: float, graphs: int, window_s: floa
     return line
 
 
-def epoch_figures(stats: BatchStats, prefetched: Prefetcher, seconds: float, device) -> dict[str, float]:
+def epoch_figures(
+    stats: BatchStats, prefetched: Prefetcher, feed: dict[str, float], seconds: float, device
+) -> dict[str, float]:
     """Per epoch (what this worker ran of it): the encoder's distinct input shapes (a GPU plans each new
     one), real / computed tokens, the share of the time the step loop waited for its next batch, the
     epoch's wall time, batches and real tokens (so later epochs give a throughput without the first one's
-    shape planning), and on a GPU the peak memory allocated so far."""
+    shape planning), and on a GPU the peak memory allocated so far.
+
+    Where the batches' making spent its time, as shares of the epoch (`feed`, timed in the background
+    thread): waiting for Ray Data's next chunk of rows, for the encoder processes, and grouping and
+    packing in this process. When the step loop waits, the largest of them is what to give more CPUs."""
     import torch
 
+    data = feed.get("data", 0.0)  # the timers nest (`timed`): each part is its timer less the one inside
+    encoded = feed.get("encoded", data)
+    batched = feed.get("batched", encoded)
     figures = {
         "distinct_step_shapes": len(stats.shapes),
         "real_token_fraction": stats.real_token_fraction,
         "encode_wait_fraction": prefetched.wait_seconds / max(seconds, 1e-9),
+        "feed_data_fraction": data / max(seconds, 1e-9),
+        "feed_encode_fraction": (encoded - data) / max(seconds, 1e-9),
+        "feed_batch_fraction": (batched - encoded) / max(seconds, 1e-9),
         "epoch_seconds": seconds,
         "epoch_batches": stats.batches,
         "epoch_real_tokens": stats.real_tokens,
@@ -296,17 +308,23 @@ def train_loop_per_worker(config: dict) -> None:
     layout, arch = BatchLayout.of(cfg), architecture(model)
     encoder = GraphEncoder(tokenizer, cfg.model.max_node_tokens, train.encode_processes)
     while not done and progress.epoch < train.epochs:
-        batches = train_shard.iter_batches(
-            batch_size=train.batch_graphs,
-            batch_format="pyarrow",
-            drop_last=not layout.packed,
-            local_shuffle_buffer_size=train.batch_graphs * 16,
-            local_shuffle_seed=train.seed + progress.epoch,
+        feed: dict[str, float] = {}  # the background thread's seconds, by part of the chain (`timed`)
+        batches = timed(
+            train_shard.iter_batches(
+                batch_size=train.batch_graphs,
+                batch_format="pyarrow",
+                drop_last=not layout.packed,
+                local_shuffle_buffer_size=train.batch_graphs * 16,
+                local_shuffle_seed=train.seed + progress.epoch,
+            ),
+            feed,
+            "data",
         )
         # Encoded and batched ahead, in a background thread; resuming skips what the checkpoint trained on.
         if arch.encodes_graphs:
             # tables, not dicts: the encoder's processes convert them, off this process's busy thread
-            made = layout.batches(batches, encoder, progress.batches_in_epoch, plan.batches_per_epoch)
+            encoded = timed(encoder.map(batches), feed, "encoded")
+            made = timed(layout.batches(encoded, progress.batches_in_epoch, plan.batches_per_epoch), feed, "batched")
         else:  # its own batches (DocHopper: paragraphs without the question): no packing
             tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
             made = (arch.collate(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
@@ -364,7 +382,8 @@ def train_loop_per_worker(config: dict) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # the epoch's time includes its last steps' kernels
             tracking.log(
-                progress.step, epoch_figures(epoch_stats, prefetched, time.perf_counter() - epoch_start, device)
+                progress.step,
+                epoch_figures(epoch_stats, prefetched, feed, time.perf_counter() - epoch_start, device),
             )
         if not done:
             progress.epoch += 1

@@ -9,6 +9,10 @@
             ...
     batches.wait_seconds                                     # time the step loop spent waiting for a batch
 
+    seconds = {}                                             # where the background thread's time goes:
+    rows = timed(chunks_of_rows, seconds, "data")            # each `next` timed, what feeds it included
+    batches = timed(layout.batches(timed(encoder.map(rows), seconds, "encoded")), seconds, "batched")
+
 `Prefetcher` runs any iterator in a background thread and keeps up to `depth` finished items in a
 queue; the chain it runs (reading rows, `xh.graph.encode.GraphEncoder`, `xh.model.packing`,
 pinning) is lazy, so it all happens in that thread, or in the encoder's worker processes, while the
@@ -27,6 +31,20 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 _DONE = object()
+
+
+def timed(items: Iterable[T], seconds: dict[str, float], key: str) -> Iterator[T]:
+    """`items`, adding to `seconds[key]` the time each took to arrive. Timers on a chain nest: an outer
+    one's time includes the inner ones' (the difference is the outer step's own)."""
+    items = iter(items)
+    seconds.setdefault(key, 0.0)
+    while True:
+        start = time.perf_counter()
+        item = next(items, _DONE)
+        seconds[key] += time.perf_counter() - start
+        if item is _DONE:
+            return
+        yield item
 
 
 class _Failure:

@@ -72,8 +72,8 @@ def test_a_resumed_epoch_makes_the_same_batches_from_where_it_stopped(rows, back
     cfg = config(backbone, "train.batching=tokens", "train.batch_tokens=1280")
     layout = BatchLayout.of(cfg)
     with GraphEncoder(load_tokenizer(backbone), MAX_TOKENS) as encoder:
-        batches = list(layout.batches(chunks(rows[:12], 4), encoder))
-        resumed = list(layout.batches(chunks(rows[:12], 4), encoder, skip=2, limit=len(batches) - 1))
+        batches = list(layout.batches(encoder.map(chunks(rows[:12], 4))))
+        resumed = list(layout.batches(encoder.map(chunks(rows[:12], 4)), skip=2, limit=len(batches) - 1))
     assert len(batches) > 4 and len(resumed) == len(batches) - 3
     assert all(torch.equal(a.row_input_ids, b.row_input_ids) for a, b in zip(resumed, batches[2:]))
 
@@ -150,7 +150,7 @@ def test_on_cuda_prefetched_token_batches_arrive_pinned_and_train_in_bf16_as_in_
     cfg = config(backbone, "train.batching=tokens", "train.batch_tokens=1920")
     model, layout, device = model_of(cfg).cuda(), BatchLayout.of(cfg), torch.device("cuda")
     with GraphEncoder(model.tokenizer, MAX_TOKENS, processes=1) as encoder:
-        made = layout.batches(chunks(rows[:8], 4), encoder)
+        made = layout.batches(encoder.map(chunks(rows[:8], 4)))
         with Prefetcher(made, pin_memory=True) as batches:
             for batch in in_lockstep(batches, device):
                 assert batch.row_input_ids.is_pinned()
