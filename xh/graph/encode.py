@@ -251,7 +251,7 @@ class GraphEncoder:
         in_flight: deque = deque()
         for rows in chunks:
             in_flight.append(
-                self._pool.submit(_encode_in_worker, own_rows(rows) if hasattr(rows, "take") else list(rows))
+                self._pool.submit(_encode_in_worker, own_rows(rows) if hasattr(rows, "to_pylist") else list(rows))
             )
             if len(in_flight) > self.processes:
                 yield in_flight.popleft().result()

@@ -11,13 +11,22 @@ import pytest
 import torch
 
 from xh.graph.encode import GraphEncoder, encode_graph, own_rows
-from xh.train.prefetch import Prefetcher
+from xh.train.prefetch import Prefetcher, timed
 
 
 def slow_items(count: int, seconds: float):
     for k in range(count):
         time.sleep(seconds)
         yield k
+
+
+def test_timers_on_a_chain_nest_each_counting_what_feeds_it():
+    seconds: dict[str, float] = {}
+    inner = timed(slow_items(3, 0.02), seconds, "inner")
+    outer = timed((k for k in inner if time.sleep(0.01) is None), seconds, "outer")
+    assert list(outer) == [0, 1, 2]
+    assert seconds["inner"] >= 0.06  # three items of 20 ms
+    assert seconds["outer"] - seconds["inner"] >= 0.03  # the outer step's own 10 ms an item
 
 
 def test_items_arrive_in_order_and_the_wait_is_measured():
