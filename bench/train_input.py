@@ -22,6 +22,7 @@ Two systems, alternated, the best of `--repeat` kept:
                a batch)
 
 One JSON line per (processes, system) and one ratio line per processes: project / baseline real tokens/s.
+`encode`: one encoder process's rate alone (the project's encoder, in this process).
 `ceiling/*` lines: the training process's own share of the chain alone (the chunks encoded and pickled
 beforehand, as the encoder processes would hand them back): converting (baseline only), unpickling,
 grouping and packing. That is the most any number of encoder processes can feed; on a 2-core machine it
@@ -165,6 +166,20 @@ def trainer_ceiling(table, args, tokenizer, system: str) -> dict:
     return {"real_tokens_per_s": round(real / seconds), "batches": len(made), "seconds": round(seconds, 2)}
 
 
+def encoding_rate(table, args, tokenizer) -> dict:
+    """Real tokens/s of one encoder process's work (`encode_graphs` of the chunks, here), best of `--repeat`:
+    a core's share of the feed, which encoder processes multiply."""
+    from xh.graph.encode import encode_graphs
+
+    chunks = [table.slice(i, args.batch_graphs) for i in range(0, table.num_rows, args.batch_graphs)]
+    best = 0.0
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        tokens = sum(g.num_tokens for chunk in chunks for g in encode_graphs(chunk, tokenizer, args.max_node_tokens))
+        best = max(best, tokens / (time.perf_counter() - start))
+    return {"real_tokens_per_s": round(best), "processes": 1}
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hotpot", type=Path, default=DEFAULT_HOTPOT, help="HotpotQA distractor-format JSON")
@@ -201,6 +216,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records.append({"name": f"ceiling/{system}", **figures})
     ceiling = best_ceiling["project"]["real_tokens_per_s"] / best_ceiling["baseline"]["real_tokens_per_s"]
     records.append({"name": "ratio", "processes": "ceiling", "project_over_baseline": round(ceiling, 3)})
+    records.append({"name": "encode", **encoding_rate(table, args, tokenizer)})
     for processes in args.processes:
         best: dict[str, dict] = {}
         for _ in range(args.repeat):

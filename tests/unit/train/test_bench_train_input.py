@@ -40,3 +40,4 @@ def test_both_systems_feed_the_same_batches(shared_data):
     assert by["ceiling/project", None]["batches"] == by["ceiling/baseline", None]["batches"] > 1
     assert by["input/project", 1]["batches"] == by["input/baseline", 1]["batches"] > 1
     assert by["ratio", "ceiling"]["project_over_baseline"] > 0 and by["ratio", 1]["project_over_baseline"] > 0
+    assert by["encode", 1]["real_tokens_per_s"] > 0
