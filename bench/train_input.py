@@ -18,8 +18,7 @@ Two systems, alternated, the best of `--repeat` kept:
     baseline   the loop before: tables converted to dicts in the training process, then one packing per
                graph (`fill_rows_one_at_a_time`: the same batches), with the first fit that scanned the
                rows for every node (`first_fit_scanning` below, swapped in). Its `pack` is today's, so
-               the ratio leaves out what `pack`'s own change gained (`--max-node-tokens 48`: 6.2 -> 3.6 ms
-               a batch)
+               the ratio leaves out what `pack`'s own change gained
 
 One JSON line per (processes, system) and one ratio line per processes: project / baseline real tokens/s.
 `encode`: one encoder process's rate alone (the project's encoder, in this process).
