@@ -59,8 +59,9 @@ def random_node(rng: np.random.Generator, max_tokens: int) -> dict:
 
 
 def build_graphs(tokenizer, hotpot: Path | None, count: int, max_tokens: int, seed: int):
+    from reference import encode_node
+
     from xh.graph.encoded import EncodedGraph
-    from xh.testing import encode_node
 
     rng = np.random.default_rng(seed)
     if hotpot is not None and hotpot.is_file():

@@ -71,8 +71,8 @@ def test_model_uris_name_an_alias_or_a_version():
 @pytest.fixture(scope="module")
 def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
     """Both halves: a one-shard BM25 index of the world with its linker and link graph; a saved XH model."""
+    from tests.helpers import tables_retriever
     from xh.model import XHModel
-    from xh.testing import tables_retriever
 
     tables, _ = synth_tables
     cfg = load_config(None, [f"model.backbone={tiny_backbone}", "model.max_node_tokens=64"])

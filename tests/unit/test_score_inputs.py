@@ -214,8 +214,8 @@ def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path,
 
 def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
     """The graph half keys candidates by qid: a repeated id in one call keeps the first question alone."""
+    from tests.helpers import tables_retriever
     from xh.pipeline import Pipeline, settings_of
-    from xh.testing import tables_retriever
 
     tables, world = synth_tables
     retrieval, graph = settings_of(load_config(None, []))

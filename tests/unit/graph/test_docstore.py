@@ -92,7 +92,7 @@ def test_the_world_by_id_matches_the_tables_and_graphs_need_no_table_reads(synth
 
     # the graph half with the store: the same graphs as filtering the tables, and once built it reads
     # no docs or links file (a batch touches only the rows it needs)
-    from xh.testing import tables_retriever
+    from tests.helpers import tables_retriever
 
     retrieval, graph = settings_of(load_config(None, []))
     retriever = tables_retriever(copy, retrieval)

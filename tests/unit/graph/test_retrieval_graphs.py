@@ -10,6 +10,7 @@ from collections import Counter
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.helpers import tables_retriever
 from xh import locations, schemas
 from xh.config import load_config
 from xh.graph.docstore import DocStore
@@ -17,7 +18,6 @@ from xh.pipeline import Pipeline
 from xh.stages import graphs, retrieve
 from xh.store import Store
 from xh.tables import RETRIEVAL
-from xh.testing import tables_retriever
 
 
 def _sources(graph: dict) -> Counter:

@@ -14,12 +14,12 @@ import pytest
 import torch
 from transformers import AutoModel, BertTokenizerFast
 
+from bench.reference import encode_node
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
 from xh.model import HopGraph, XHModel, collate, decode, pack_batches
 from xh.model.hop import DotProductHopAttention, GATHopAttention, HopStep
 from xh.model.scatter import segment_softmax
-from xh.testing import encode_node
 
 # --- fixtures and helpers -----------------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
-"""What the tests and the benchmarks both use: a reference node encoder, an operator count and a
-retriever without an index on disk.
+"""What the benchmarks and the tests both use: a reference node encoder and an operator count.
 
-None is on a production path: `encode_node` is the plain, one-node-at-a-time form of what
-`xh.graph.encode` does in bulk, `count_ops` counts what a GPU would launch for a step, and
-`tables_retriever` indexes a small tables folder in memory.
+Neither is on a production path: `encode_node` is the plain, one-node-at-a-time form of what
+`xh.graph.encode` does in bulk, and `count_ops` counts what a GPU would launch for a step. Benchmarks
+run as scripts import it as `reference`; tests as `bench.reference`.
 """
 
 from __future__ import annotations
@@ -75,22 +74,3 @@ def encode_node(tokenizer, question: str, sentences: list[str], max_tokens: int 
         # the sentences the (possibly truncated) paragraph still reaches
         "num_sentences": int(sentence_ids.max()) + 1 if in_paragraph.any() else 0,
     }
-
-
-def tables_retriever(tables, settings):
-    """A `xh.retrieval.candidates.Retriever` with `settings` (a `RetrieveConfig`) over a tables folder: one
-    BM25 shard of its docs' "Title. text", built in memory, its entity linker and its link graph."""
-    import pyarrow.parquet as pq
-
-    from xh.retrieval.analyzer import Analyzer
-    from xh.retrieval.bm25 import BM25Shard, CorpusStats
-    from xh.retrieval.candidates import Retriever
-    from xh.retrieval.entity_linking import EntityLinker
-    from xh.retrieval.expansion import LinkGraph
-
-    docs = pq.read_table(f"{tables}/docs", columns=["doc_id", "title", "text"])
-    tokens = Analyzer().analyze_batch(
-        [f"{t}. {x}" for t, x in zip(docs["title"].to_pylist(), docs["text"].to_pylist())]
-    )
-    shard = BM25Shard.build(docs["doc_id"].to_pylist(), tokens, CorpusStats.from_token_lists(tokens))
-    return Retriever([shard], EntityLinker.load(str(tables)), LinkGraph.load(str(tables)), settings)
