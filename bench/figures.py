@@ -5,7 +5,7 @@
 
 `scale` reads the `{"name": "scale", ...}` lines `bench/scale.py` prints (one per world size) and draws,
 per stage, the largest Ray worker's peak RSS and the node's total (every Ray worker's PSS, shared pages
-counted once) against the number of documents, both axes logarithmic, with the slope a flat stage has.
+counted once) as one bar per world size, with the ratio of the largest size's figure to the smallest's.
 `recall` reads `bench/rerank.py --path-scorer --json` and draws supporting-pair and answer recall at k
 for BM25 and the path scorer (the mean over seeds, the band their min..max).
 """
@@ -49,28 +49,46 @@ def _short(n: int) -> str:
 
 
 def _plot_scale(series: dict, png: Path, title: str) -> None:
+    """Per stage, one horizontal bar per corpus size (a handful of sizes: bars, not lines between two
+    points), its MiB at the bar's end and, right of the largest, how many times the smallest size's
+    figure it is against how many times the documents: a flat stage stays near x1."""
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharex=True)
+    stages = list(series)
+    sizes = sorted({n for s in series.values() for n, _ in s["worker_rss"]})
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.36 * len(stages) * len(sizes) + 1.8), sharey=True)
+    height = 0.8 / len(sizes)
     for ax, key, label in (
         (axes[0], "worker_rss", "largest Ray worker, peak RSS (MiB)"),
         (axes[1], "node_pss", "all Ray workers of the node, peak PSS sum (MiB)"),
     ):
-        for i, (stage, s) in enumerate(series.items()):
-            docs, mib = zip(*s[key])
-            ax.plot(docs, mib, marker="o", color=f"C{i % 10}", label=stage)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        sizes = sorted({n for s in series.values() for n, _ in s[key]})
-        ax.set_xticks(sizes, [_short(n) for n in sizes])
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())
-        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.yaxis.set_minor_formatter(plt.FuncFormatter(lambda v, _: f"{v:,.0f}" if str(int(v))[0] in "258" else ""))
-        ax.set_xlabel("documents")
+        top = max(mib for s in series.values() for _, mib in s[key])
+        for j, size in enumerate(sizes):
+            y = np.arange(len(stages)) + (j - (len(sizes) - 1) / 2) * height
+            mib = [dict(series[stage][key]).get(size, np.nan) for stage in stages]
+            ax.barh(y, mib, height=height * 0.95, color=f"C{j}", label=f"{_short(size)} documents")
+            for yy, m in zip(y, mib):
+                if not np.isnan(m):
+                    ax.text(m + top * 0.01, yy, f"{m:,.0f}", va="center", fontsize=7)
+        for i, stage in enumerate(stages):
+            points = dict(series[stage][key])
+            if sizes[0] in points and sizes[-1] in points:
+                ratio = points[sizes[-1]] / points[sizes[0]]
+                ax.text(top * 1.32, i, f"x{ratio:.2f}", va="center", ha="right", fontsize=8, color="dimgray")
+        ax.set_xlim(0, top * 1.34)
         ax.set_title(label, fontsize=11)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[1].legend(fontsize=8, loc="upper left", ncol=2)
-    fig.suptitle(title or "Memory per stage against corpus size (a flat line does not grow with N)", fontsize=12)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(range(len(stages)), stages)
+    axes[0].invert_yaxis()
+    growth = f"x{sizes[-1] / sizes[0]:.2f}" if len(sizes) > 1 else ""
+    axes[1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        title
+        or f"Memory per stage against corpus size (grey: {_short(sizes[-1])} against {_short(sizes[0])}; "
+        f"the documents grew {growth})",
+        fontsize=12,
+    )
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 

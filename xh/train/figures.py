@@ -10,11 +10,15 @@
 For every hop layer, the weights of three groups of edges between distinct nodes, as the paper's Fig. 2:
 `all` (All -> All), `all_to_answer` (All -> Ans: edges into the gold answer node) and
 `supporting_to_answer` (Supp -> Ans: from a node holding a supporting fact into the answer node).
-Weights are averaged over heads and scaled by the number of nodes of the edge's graph (the paper's
-x-axis: 1 is a uniform share of a whole graph). An edge into a node with a single in-edge always
-weighs 1 (its softmax has one term): such edges say nothing about what the model learned, so they
-are counted apart (`single_in_edge`) and left out of the three groups. Self-loops added for nodes
-without in-neighbours are left out too.
+Weights are averaged over heads and scaled by the in-degree of the edge's target node: a node's hop
+attention is one softmax over its in-edges, so 1 is the uniform share of that softmax, above 1 an edge
+that gets more than its even part, below 1 less. (The paper's x-axis scales by the nodes of the graph,
+whose uniform reference is no node's softmax.) Since a node's in-edge weights sum to 1, the mean of the
+scaled weights over every in-edge of a set of nodes is exactly 1: the All -> All and All -> Ans means
+are fixed by the graphs and say nothing, so only Supp -> Ans, a subset of the answer's in-edges, has
+its mean recorded. An edge into a node with a single in-edge always weighs 1 (its softmax has one
+term): such edges are counted apart (`single_in_edge`) and left out of the three groups. Self-loops
+added for nodes without in-neighbours are left out too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 
 GROUPS = ("all", "all_to_answer", "supporting_to_answer", "single_in_edge")
+# The groups whose mean scaled weight is not 1 by construction (module docstring).
+MEANINGFUL_MEANS = ("supporting_to_answer",)
 LABELS = {
     "all": "All -> All",
     "all_to_answer": "All -> Ans",
@@ -70,14 +76,12 @@ class HopAttentionRecorder:
             answer = np.zeros(len(relevant), dtype=bool)
             nodes = batch.answer_node.cpu().numpy()
             answer[nodes[nodes >= 0]] = True
-            node_graph = batch.node_graph.cpu().numpy()
-            graph_size = np.bincount(node_graph, minlength=batch.num_graphs)[node_graph]  # per node
             for layer, (src, dst, w) in enumerate(layers):
                 real = src != dst
                 in_edges = np.bincount(dst[real], minlength=len(relevant))
                 single = real & (in_edges[dst] == 1)
                 shared = real & ~single
-                scaled = w * graph_size[dst]
+                scaled = w * in_edges[dst]  # 1: the uniform share of the target's softmax
                 entry = out.setdefault(layer, {group: [] for group in GROUPS})
                 entry["all"].append(scaled[shared])
                 entry["all_to_answer"].append(scaled[shared & answer[dst]])
@@ -90,7 +94,7 @@ class HopAttentionRecorder:
         for layer, e in self.weights(batches).items():
             for kind, values in e.items():
                 metrics[f"hop{layer + 1}_attention_{kind}_edges"] = float(len(values))
-                if len(values):
+                if len(values) and kind in MEANINGFUL_MEANS:
                     metrics[f"hop{layer + 1}_attention_{kind}_mean"] = float(values.mean())
         return metrics
 
@@ -124,8 +128,8 @@ def log_training_curves(mlflow, run_id: str, names=("loss", "lr", "dev_f1", "gra
 
 
 def attention_record(weights: dict[int, dict[str, np.ndarray]], bins: int = 20) -> dict:
-    """The figure's data as JSON: per hop layer and group, its edge count, mean and the share of its
-    edges in each bin of scaled weight. The bins, shared by every panel, reach the 99th percentile
+    """The figure's data as JSON: per hop layer and group, its edge count, mean (None where it is 1 by
+    construction, `MEANINGFUL_MEANS`) and the share of its edges in each bin of scaled weight. The bins, shared by every panel, reach the 99th percentile
     (rounded up so that 1, a uniform share, is a bin edge); weights above it count in the last bin.
     The single-in-edge edges are only counted (their weight is 1)."""
     shown = [v for e in weights.values() for k, v in e.items() if len(v) and k != "single_in_edge"]
@@ -141,7 +145,7 @@ def attention_record(weights: dict[int, dict[str, np.ndarray]], bins: int = 20) 
             counts = np.histogram(np.clip(values, 0, upper), bins=edges)[0]
             groups[group] = {
                 "edges": int(len(values)),
-                "mean": float(values.mean()) if len(values) else None,
+                "mean": float(values.mean()) if len(values) and group in MEANINGFUL_MEANS else None,
                 "share": (counts / max(len(values), 1)).round(6).tolist(),
                 "above": int((values > upper).sum()),
             }
@@ -154,8 +158,9 @@ COLOURS = {"all": "#4c72b0", "all_to_answer": "#dd8452", "supporting_to_answer":
 
 def plot_hop_attention(record: dict, title: str = "Hop attention per edge, by hop layer"):
     """One panel per hop layer: for each group of edges, the share of its edges per bin of scaled weight,
-    drawn as an outline (groups overlap without blending), its mean as a marker on the axis, and a
-    dashed line at 1, where an edge gets a uniform share of its graph (triangles: each group's mean)."""
+    drawn as an outline (groups overlap without blending), and a dashed line at 1, where an edge gets the
+    uniform share of its target's in-edges; a triangle on the axis marks Supp -> Ans's mean (the other
+    groups' means are 1 by construction)."""
     plt = _pyplot()
     bins = np.array(record["bins"])
     layers = record["layers"]
@@ -164,13 +169,15 @@ def plot_hop_attention(record: dict, title: str = "Hop attention per edge, by ho
         for group, data in entry["groups"].items():
             if not data["edges"]:
                 continue
-            label = f"{LABELS[group]}: {data['edges']} edges, mean {data['mean']:.2f}"
+            label = f"{LABELS[group]}: {data['edges']} edges"
+            if data["mean"] is not None:
+                label += f", mean {data['mean']:.2f}"
+                mean = min(data["mean"], bins[-1])  # a mean beyond the last bin sits at its edge
+                ax.plot([mean], [0], marker="^", markersize=9, color=COLOURS[group], clip_on=False, zorder=3)
             ax.stairs(data["share"], bins, color=COLOURS[group], linewidth=2.0, label=label)
-            mean = min(data["mean"], bins[-1])  # a mean beyond the last bin sits at its edge
-            ax.plot([mean], [0], marker="^", markersize=9, color=COLOURS[group], clip_on=False, zorder=3)
-        ax.axvline(1.0, color="black", linestyle="--", linewidth=1.2, label="uniform share (1)")
+        ax.axvline(1.0, color="black", linestyle="--", linewidth=1.2, label="uniform over the target's in-edges")
         ax.set_title(f"Hop layer {entry['layer']}", fontsize=12)
-        ax.set_xlabel("attention weight × nodes in the graph", fontsize=10)
+        ax.set_xlabel("attention weight × in-edges of the target node", fontsize=10)
         ax.set_xlim(bins[0], bins[-1])
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper right", frameon=True)

@@ -292,7 +292,7 @@ def test_supporting_fact_titles_meet_the_official_gold_as_written():
 # --- Fig. 2 -----------------------------------------------------------------------------------------------
 
 
-def test_fig2_groups_are_scaled_by_nodes_and_single_in_edges_are_apart(backbone, tokenizer):
+def test_fig2_groups_are_scaled_by_in_degree_and_single_in_edges_are_apart(backbone, tokenizer):
     from xh.train.figures import HopAttentionRecorder
 
     graph = make_graph(
@@ -313,7 +313,10 @@ def test_fig2_groups_are_scaled_by_nodes_and_single_in_edges_are_apart(backbone,
     assert sorted(weights) == [0, 1]
     for e in weights.values():
         assert len(e["all"]) == 3 and len(e["all_to_answer"]) == 3 and len(e["supporting_to_answer"]) == 1
-        assert np.allclose(e["single_in_edge"], 4.0)  # weight 1 x 4 nodes
-        assert np.isclose(e["all_to_answer"].sum(), 4.0, atol=1e-4)  # one softmax over 3 in-edges, x 4 nodes
+        assert np.allclose(e["single_in_edge"], 1.0)  # weight 1 x its one in-edge
+        assert np.isclose(e["all_to_answer"].sum(), 3.0, atol=1e-4)  # one softmax over 3 in-edges, x 3 in-edges
     summary = recorder.summary(batches)
-    assert summary["hop1_attention_single_in_edge_edges"] == 1.0 and "hop2_attention_all_to_answer_mean" in summary
+    assert (
+        summary["hop1_attention_single_in_edge_edges"] == 1.0 and "hop2_attention_supporting_to_answer_mean" in summary
+    )
+    assert "hop2_attention_all_to_answer_mean" not in summary  # 1 by construction

@@ -34,8 +34,12 @@ def test_the_record_bins_every_edge_with_one_a_bin_edge_and_counts_the_rest():
     first = record["layers"][0]
     assert first["layer"] == 1 and first["single_in_edge"] == 2
     assert first["groups"]["all"]["edges"] == 5 and np.isclose(sum(first["groups"]["all"]["share"]), 1.0)
-    assert np.isclose(first["groups"]["all"]["mean"], 1.4)
+    # 1 by construction over every in-edge of a set of nodes: not recorded; Supp -> Ans's is
+    assert first["groups"]["all"]["mean"] is None and first["groups"]["all_to_answer"]["mean"] is None
     assert first["groups"]["supporting_to_answer"] == {"edges": 0, "mean": None, "share": [0.0] * 20, "above": 0}
+    some = weights()
+    some[0]["supporting_to_answer"] = np.array([1.5, 2.5])
+    assert np.isclose(attention_record(some)["layers"][0]["groups"]["supporting_to_answer"]["mean"], 2.0)
 
 
 def test_weights_above_the_last_bin_count_in_it():
