@@ -1,4 +1,4 @@
-"""The figures of docs/results.md drawn from the benchmarks' own JSON: scale curves and recall curves.
+"""The figures of docs/results/ drawn from the benchmarks' own JSON: scale bars and recall curves.
 
     .venv/bin/python bench/figures.py scale docs/img/scale.jsonl docs/img/scale.png
     .venv/bin/python bench/figures.py recall docs/img/recall.json docs/img/recall.png

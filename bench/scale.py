@@ -252,7 +252,7 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
 
 
 def markdown(results: list[dict]) -> str:
-    """The per-stage figures of every size as one Markdown table (docs/results.md, "Scale")."""
+    """The per-stage figures of every size as one Markdown table (docs/results/scale.md, "Scale")."""
     lines = [
         "| N docs | stage | seconds | items/s/core | driver peak MiB | largest worker peak MiB (RSS) "
         "| all workers' peak MiB (sum of PSS) | query actor peak MiB (RSS / anon) | load avg (1 min) |",

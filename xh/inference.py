@@ -53,7 +53,7 @@ def predict_graphs(
 
     Rows are read `sort_window` batches at a time and batched longest node first within that window:
     `collate` pads every node of a batch to its longest node, and graphs of similar lengths together
-    pad less (docs/results.md, batch scoring).
+    pad less (docs/results/scoring.md, batch scoring).
     Predictions do not depend on the batching (padding is masked); they come back in input order.
     DocHopper batches its rows itself (`batch_graphs` questions at a time)."""
     options = dict(

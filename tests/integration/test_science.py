@@ -19,7 +19,7 @@ comes through hop attention only.
 Same graphs, same seed, same optimizer steps: all-MiniLM-L6-v2 cut to its first 3 layers
 (`xh.backbones.truncated_backbone`, as in the FEVER test) with K = 3 hop layers against K = 0. The
 test asserts that K = 3 wins by MARGIN answer EM and F1, a loose margin against what it measured over
-seeds (docs/results.md, "HotpotQA science test"). `pytest -s` prints the figures of a run.
+seeds (docs/results/models.md, "HotpotQA science test"). `pytest -s` prints the figures of a run.
 
 The generator of this world for larger runs is `xh.synth.question_graph_rows` (`bench/science.py`). Its
 FEVER counterpart (`xh.synth.make_evidence_claims`: claims whose verdict needs two linked pages) is

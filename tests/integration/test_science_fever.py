@@ -17,7 +17,7 @@ layers against K = 0, on all-MiniLM-L6-v2 cut to its first 3 layers (a CPU budge
 that the K = 3 model puts more importance p(s|τ) on B's fact sentence than on the decoy's in at least
 MARGIN more dev claims than K = 0 does: the evidence the verdict needs, the second hop of a multi-
 evidence claim. The verdict itself (label accuracy) is not learned by either model at this budget
-and is only printed; the measurement over seeds is in docs/results.md (Variants). `pytest -s` prints
+and is only printed; the measurement over seeds is in docs/results/models.md (Variants). `pytest -s` prints
 the figures of a run.
 """
 

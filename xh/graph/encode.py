@@ -224,7 +224,7 @@ def own_rows(table):
 class GraphEncoder:
     """`encode_graph` over chunks of rows, in `processes` worker processes that keep their tokenizer.
 
-    Encoding is Python holding the GIL (milliseconds a graph: docs/results.md, evidence graphs):
+    Encoding is Python holding the GIL (milliseconds a graph: docs/results/retrieval.md, evidence graphs):
     in a thread beside the training step it would slow the step's own Python, so the work goes to
     other processes (spawned: a fork of a process that runs CUDA or tokenizer threads is unsafe), and
     `processes + 1` chunks are kept in flight. `processes=0` encodes in the calling thread.

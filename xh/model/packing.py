@@ -12,7 +12,7 @@ computes few padding tokens and sees few distinct shapes.
 
 Why. `collate` pads every node to the batch's longest node: on real HotpotQA distractor graphs, whose
 node lengths vary widely, most of the computed tokens are padding, and batches come in many shapes (a
-GPU pays for each new one; the figures: docs/results.md, training layouts). Here
+GPU pays for each new one; the figures: docs/results/training.md, training layouts). Here
 the nodes are placed into rows of `row_tokens` tokens by first-fit decreasing; a row holds as many
 nodes as fit, and the number of rows is rounded up to a multiple of `row_multiple` (or fixed with
 `rows`), so the encoder sees [R, T] shapes from a small set whatever the node lengths.

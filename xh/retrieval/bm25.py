@@ -1,7 +1,7 @@
 """Exact BM25 (rank-bm25's Okapi scores), fast, sharded by document range, saved under any storage URI.
 
 The paper's first retrieval stage is "BM25 top 100". This module computes exactly the scores of
-`rank_bm25.BM25Okapi` (k1 = 1.5, b = 0.75, epsilon = 0.25), much faster (docs/results.md):
+`rank_bm25.BM25Okapi` (k1 = 1.5, b = 0.75, epsilon = 0.25), much faster (docs/results/retrieval.md):
 
     idf(t)     = log(N - df(t) + 0.5) - log(df(t) + 0.5)            (natural log)
                  replaced by epsilon * average_idf where it is negative; average_idf is the mean

@@ -31,7 +31,7 @@ from them, on BM25, link and entity-link features: the pair goes first among the
 document may come from the links, so the ir rows are then one more than `ir_candidates`), both with
 the pair's score, and says `paths`; expansion neighbours are then ranked by the path scorer too, as
 the second document of a pair with either document of the chosen pair (`path_expansion`; their rows
-say `paths`). It needs no text, and is the better of the two (docs/results.md).
+say `paths`). It needs no text, and is the better of the two (docs/results/retrieval.md).
 
 The knobs are the `retrieve` section of the config (`xh.config.RetrieveConfig`, defaults as in the
 paper); `Retriever.load` maps the index, linker and link graph from the node's one copy

@@ -31,7 +31,7 @@ links and weights read from the batch's where it has them). `PathScorer.load` ch
 this code's feature list, the weights' shapes and finite values.
 
 Its recall against BM25 on the real HotpotQA sample (`bench/rerank.py --path-scorer`) and the
-ablations: docs/results.md.
+ablations: docs/results/retrieval.md.
 """
 
 from __future__ import annotations

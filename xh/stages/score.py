@@ -255,7 +255,7 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
 def block_count(rows: int, batch_size: int, actors: int) -> int:
     """How many blocks a stage's `rows` go to its pool in: at most `batch_size` rows each, and a multiple of
     the pool's `actors`, so that the actors finish together. Blocks of a fixed size leave a last round in
-    which one actor works and the others wait (what it cost: docs/results.md, batch scoring)."""
+    which one actor works and the others wait (what it cost: docs/results/scoring.md, batch scoring)."""
     blocks = -(-max(1, -(-rows // batch_size)) // actors) * actors
     return max(1, min(rows, blocks))
 
