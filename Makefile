@@ -83,11 +83,15 @@ lock: $(UV)
 image-check: $(UV)
 	$(PY) .ci/image_install.py --torch $(TORCH_VERSION) $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX),) --uv $(UV)
 
-# TASK=hotpot (the default), fever (configs/demo-fever.yaml) or all (both, one after the other)
+# TASK=hotpot (the default), fever (configs/demo-fever.yaml) or all (both, one after the other).
+# DEMO_ARGS=-v: Ray's and the workers' own output too. PYTHONHASHSEED: str hashes (set orders) fixed in the
+# driver as in the workers (xh.stages.demo.same_seed_same_figures), so that a seed gives the same figures.
 TASK ?= hotpot
+DEMO_ARGS ?=
+DEMO := PYTHONHASHSEED=0 $(PY) -m workflows.demo $(DEMO_ARGS)
 demo: install
-	$(if $(filter hotpot all,$(TASK)),$(PY) -m workflows.demo --config configs/demo.yaml)
-	$(if $(filter fever all,$(TASK)),$(PY) -m workflows.demo --config configs/demo-fever.yaml)
+	$(if $(filter hotpot all,$(TASK)),$(DEMO) --config configs/demo.yaml)
+	$(if $(filter fever all,$(TASK)),$(DEMO) --config configs/demo-fever.yaml)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: install lint

@@ -37,8 +37,11 @@ def verbose() -> bool:
     return logging.getLogger("xh").isEnabledFor(logging.DEBUG)
 
 
-def init_ray(cfg: XHConfig) -> None:
-    """Join the configured cluster, or start a local one in-process; a driver already connected is kept."""
+def init_ray(cfg: XHConfig, worker_output: bool = True) -> None:
+    """Join the configured cluster, or start a local one in-process; a driver already connected is kept.
+
+    `worker_output=False` (the demo): the workers' output stays in Ray's session files unless -v, so the
+    console shows the driver's stage lines and summary only."""
     import ray
 
     if ray.is_initialized():
@@ -53,19 +56,26 @@ def init_ray(cfg: XHConfig) -> None:
     runtime_env = Store.from_config(cfg).s3.ray_runtime_env()
     if not verbose():
         runtime_env["worker_process_setup_hook"] = "workflows.common.quiet_ray_workers"
+        # MLflow's "Downloading artifacts" bars (the driver, score actors, Serve replicas loading a version)
+        quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+        os.environ.update(quiet)
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **quiet}
     ray.init(
         address=address,
         num_cpus=cfg.ray.num_cpus if local else None,
         include_dashboard=False if local else None,
         runtime_env=None if in_job else runtime_env,
         logging_level=logging.INFO if verbose() else logging.ERROR,
+        log_to_driver=worker_output or verbose(),
     )
     import ray.data
 
     # Ray Data logs each dataset's plan and, off a terminal, its progress as INFO lines by the hundred:
     # a terminal gets its progress bars, anything else (CI, `ray job logs`) the stage lines only.
-    logging.getLogger("ray.data").setLevel(logging.INFO if verbose() else logging.WARNING)
-    ray.data.DataContext.get_current().enable_progress_bars = verbose() or sys.stderr.isatty()
+    # Unless -v, warnings too ("no available CPUs" while Train or Serve hold them): errors only.
+    logging.getLogger("ray.data").setLevel(logging.INFO if verbose() else logging.ERROR)
+    logging.getLogger("ray.serve").setLevel(logging.INFO if verbose() else logging.ERROR)
+    ray.data.DataContext.get_current().enable_progress_bars = verbose() or (worker_output and sys.stderr.isatty())
 
 
 def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None = None) -> None:

@@ -20,7 +20,9 @@ from xh.store import Store
 def run(cfg: XHConfig) -> dict:
     cfg = demo.offline_backbone(cfg)
     store = Store.from_config(cfg)
-    init_ray(cfg)
+    demo.same_seed_same_figures()
+    init_ray(cfg, worker_output=False)  # the stage lines and the summary; the workers' with -v
+    demo.ordered_data()
     with demo.Stages(cfg) as stage:
         (run_fever if cfg.model.task == "fever" else run_hotpot)(cfg, store, stage)
     return stage.summary

@@ -88,6 +88,25 @@ class Stages:
         return {"mlflow_run_id": self._run.info.run_id, "mlflow_tracking_uri": uri, **self.done}
 
 
+# --- the same figures from the same seed --------------------------------------------------------------
+
+
+def same_seed_same_figures() -> None:
+    """Before Ray starts (its local workers inherit the driver's environment): str hashes, so set orders,
+    fixed in every worker. The driver's own is `make demo`'s PYTHONHASHSEED. Seeds: each stage's own."""
+    import os
+
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+def ordered_data() -> None:
+    """Ray Data hands blocks on in their order, not as tasks finish: the training shard, and with it the
+    seeded local shuffle, sees the same rows in the same order on every run."""
+    import ray.data
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+
+
 # --- the configs the demo hands its stages -----------------------------------------------------------
 
 

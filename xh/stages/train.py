@@ -80,6 +80,7 @@ class Job:
 def fit(job: Job) -> dict:
     """Run the trainer; return the best checkpoint's folder (a local copy), metrics and MLflow run id."""
     import ray.train
+    from ray.data import DataContext, ExecutionOptions
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -127,7 +128,13 @@ def fit(job: Job) -> dict:
             worker_runtime_env=injected_failure_env(),
         ),
         datasets={"train": train_ds, "dev": dev_ds},
-        dataset_config=ray.train.DataConfig(datasets_to_split=["train"]),
+        # options of our own: Train's default copies the context's deprecated `exclude_resources`
+        dataset_config=ray.train.DataConfig(
+            datasets_to_split=["train"],
+            execution_options=ExecutionOptions(
+                preserve_order=DataContext.get_current().execution_options.preserve_order
+            ),
+        ),
     )
     result = trainer.fit()
     key = f"dev_{job.metric}"
