@@ -44,12 +44,10 @@ from xh.config import (
 from xh.jsonfiles import InputFileError
 from xh.storage import StorageSettingsError
 from xh.store import Store
-from xh.tracking import check_tracking, redact_tree, require_registry
+from xh.tracking import check_tracking, redact_tree
 
 # Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError, InputFileError, StorageSettingsError)
-# Stages that look a registered model up: their tracking store must exist before MLflow opens it.
-READS_REGISTRY = ("score", "serve", "promote")
 
 
 def configure_logging(verbosity: int = 0) -> None:
@@ -69,15 +67,13 @@ def configure_logging(verbosity: int = 0) -> None:
 
 def check_before_ray(cfg: XHConfig, stage: str) -> None:
     """What a stage can refuse before any work (one line, exit 2): each s3:// location it reads without an
-    S3 endpoint configured (the demo's: every section's), a tracking store a Ray job would lose, and, for a
-    stage that reads the registry, a tracking store that does not exist (MLflow would create an empty one).
-    URI schemes and dates are checked when the config is read (`xh.config.load_config`)."""
+    S3 endpoint configured (the demo's: every section's) and a tracking store or artifact location a Ray
+    job would lose. URI schemes and dates are checked when the config is read (`xh.config.load_config`);
+    a registry that does not exist, before MLflow opens it (`xh.tracking.configure`)."""
     store = Store.from_config(cfg)
     for _, uri in storage_uris(cfg, None if stage == "demo" else STAGES.get(stage)):
         store.require_endpoint(uri)
     check_tracking(cfg.mlflow)
-    if stage in READS_REGISTRY:
-        require_registry(cfg.mlflow, f"{stage}.model")
 
 
 # `xh --help` lists the stages in the order the pipeline runs them, then the tools.
@@ -225,7 +221,9 @@ app.add_typer(config_app, name="config")
 
 @config_app.command("show")
 def config_show(
-    stage: Annotated[str | None, typer.Argument(metavar="STAGE", help="a stage's sections (synth, train, score, ...); default all")] = None,
+    stage: Annotated[
+        str | None, typer.Argument(metavar="STAGE", help="a stage's sections (synth, train, score, ...); default all")
+    ] = None,
     describe_: Annotated[
         bool, typer.Option("--describe", help="each setting with its description, as YAML comments")
     ] = False,
@@ -449,9 +447,15 @@ def promote(
     eval_set: Annotated[
         str | None, typer.Option("--eval-set", metavar=LOCATION, help="graphs folder with gold labels")
     ] = None,
-    metric: Annotated[str | None, typer.Option("--metric", help="f1, em, joint_f1, label_accuracy, ...")] = None,
-    min_delta: Annotated[float | None, typer.Option("--min-delta", help="points the challenger must win by")] = None,
-    floor: Annotated[float | None, typer.Option("--floor", help="score (x100) the first model must reach")] = None,
+    metric: Annotated[
+        str | None, typer.Option("--metric", metavar="NAME", help="f1, em, joint_f1, label_accuracy, ...")
+    ] = None,
+    min_delta: Annotated[
+        float | None, typer.Option("--min-delta", metavar="POINTS", help="points the challenger must win by")
+    ] = None,
+    floor: Annotated[
+        float | None, typer.Option("--floor", metavar="SCORE", help="score (x100) the first model must reach")
+    ] = None,
     config: Config = None,
     overrides: sets("promote.min_delta=1.0") = None,
 ) -> None:

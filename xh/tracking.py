@@ -140,12 +140,16 @@ def require_registry(cfg: MlflowConfig, what: str) -> None:
         )
 
 
-def configure(cfg: MlflowConfig, store: Store | None = None) -> str:
+def configure(cfg: MlflowConfig, store: Store | None = None, *, registry: str | None = None) -> str:
     """Point MLflow at the tracking store and experiment of `cfg`, its S3 artifacts reached with `store`'s
-    settings (default: the environment's); return the experiment id."""
+    settings (default: the environment's); return the experiment id. A stage that only reads the registry
+    names the setting that looks a model up (`registry="score.model"`): a missing SQLite store is then
+    refused (`require_registry`), not created."""
     import mlflow
 
     check_tracking(cfg)
+    if registry is not None:
+        require_registry(cfg, registry)
     uri, user, password = tracking_uri_without_credentials(cfg.tracking_uri)
     if uri.startswith("sqlite:///"):
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
