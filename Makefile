@@ -68,8 +68,8 @@ lock: $(UV)
 # TASK=hotpot (the default), fever (configs/demo-fever.yaml) or all (both, one after the other)
 TASK ?= hotpot
 demo: install
-	$(if $(filter hotpot all,$(TASK)),$(PY) -m workflows.demo --config configs/demo.yaml)
-	$(if $(filter fever all,$(TASK)),$(PY) -m workflows.demo --config configs/demo-fever.yaml)
+	$(if $(filter hotpot all,$(TASK)),$(VENV)/bin/xh demo --config configs/demo.yaml)
+	$(if $(filter fever all,$(TASK)),$(VENV)/bin/xh demo --config configs/demo-fever.yaml)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: install lint
