@@ -88,7 +88,7 @@ image-check: $(UV)
 # driver as in the workers (xh.stages.demo.same_seed_same_figures), so that a seed gives the same figures.
 TASK ?= hotpot
 DEMO_ARGS ?=
-DEMO := PYTHONHASHSEED=0 $(PY) -m workflows.demo $(DEMO_ARGS)
+DEMO := PYTHONHASHSEED=0 $(VENV)/bin/xh $(DEMO_ARGS) demo
 demo: install
 	$(if $(filter hotpot all,$(TASK)),$(DEMO) --config configs/demo.yaml)
 	$(if $(filter fever all,$(TASK)),$(DEMO) --config configs/demo-fever.yaml)

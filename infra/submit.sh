@@ -15,10 +15,12 @@ usage() {
   cat <<'EOF'
 usage: infra/submit.sh STAGE [--config FILE] [--set SECTION.KEY=VALUE ...]
 
-Runs `python -m workflows.STAGE ARGS...` on the Ray cluster at $RAY_ADDRESS as a Ray job, with
-this repository as the job's working directory, and waits for it (exit status 0: SUCCEEDED).
-In a git checkout only tracked files are uploaded; credential files (aws-credentials, .env, *.pem, ...)
-never are. MLFLOW_TRACKING_URI, when set, is where the job's runs go (over the config file).
+Runs `xh STAGE ARGS...` on the Ray cluster at $RAY_ADDRESS as a Ray job, with this repository as the
+job's working directory, and waits for it (exit status 0: SUCCEEDED). STAGE is one of xh's commands:
+synth wiki retrieve rerank graphs train qtype promote score serve demo eval.
+In a git checkout only tracked files are uploaded; credential files (aws-credentials, .env, .netrc,
+.git-credentials, .pypirc, *.pem, ...) never are, tracked or not. MLFLOW_TRACKING_URI, when set, is
+where the job's runs go (over the config file).
 
 Environment:
   RAY_ADDRESS          the cluster's dashboard address, e.g. http://127.0.0.1:8265 (required)
@@ -35,8 +37,8 @@ MLFLOW_TRACKING_USERNAME, and the names in XH_JOB_ENV.
 
 Never passed, even when named in XH_JOB_ENV (refused): AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY
 AWS_SESSION_TOKEN MLFLOW_TRACKING_PASSWORD MLFLOW_TRACKING_TOKEN, or any name containing SECRET,
-PASSWORD, TOKEN or KEY. A value or an argument with a credential inside a URI (http://user:pw@host,
-?token=...) is refused too. Anyone holding the cluster token can read a job's environment
+PASSWORD, TOKEN or KEY. A value, an argument or a --config file with a credential inside a URI
+(http://user:pw@host, ?token=...) is refused too. Anyone holding the cluster token can read a job's environment
 (`ray job list`), so the cluster must find its own credentials: an IAM role for the service account
 (IRSA) or the node's instance profile, or files on the nodes named by AWS_SHARED_CREDENTIALS_FILE
 (a mounted secret) and ~/.mlflow/credentials (MLflow's own file, [mlflow] section).
@@ -54,8 +56,9 @@ shift
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 working_dir=${XH_WORKING_DIR:-$repo}
-[[ $stage =~ ^[a-z_][a-z0-9_]*$ ]] || die "stage '$stage' is not a module name (workflows/<stage>.py)"
-[[ -f $working_dir/workflows/$stage.py ]] || die "no stage '$stage': $working_dir/workflows/$stage.py does not exist"
+# xh's commands (workflows/cli.py ORDER but `config`, which runs nothing)
+stages=" synth wiki retrieve rerank graphs train qtype promote score serve demo eval "
+[[ $stages == *" $stage "* ]] || die "no stage '$stage': one of${stages% }"
 [[ -n ${RAY_ADDRESS:-} ]] || die "set RAY_ADDRESS to the cluster's dashboard address, e.g. http://127.0.0.1:8265"
 
 # Token authentication: Ray reads RAY_AUTH_TOKEN, then RAY_AUTH_TOKEN_PATH, then ~/.ray/auth_token.
@@ -104,13 +107,28 @@ for position, arg in enumerate(args, 1):
     if userinfo.search(arg) or secret_query.search(arg):
         refuse(f"argument {position} holds a credential inside a URI: a job's entrypoint is readable by every "
                f"token holder; {hint}")
+# The config files the job reads travel with the working directory: the same check, on what they hold.
+configs = [a.split("=", 1)[1] if a.startswith("--config=") else b for a, b in zip(args, args[1:] + [""])
+           if a.startswith("--config=") or a == "--config"]
+for config in configs:
+    try:
+        with open(os.path.join(working_dir, config), errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        continue  # not in the working directory (a file on the cluster): the job reads it there
+    found = [n for n, line in enumerate(lines, 1) if userinfo.search(line) or secret_query.search(line)]
+    if found:
+        refuse(f"--config {config} holds a credential inside a URI (line {found[0]}): the working directory is "
+               f"readable by every token holder; {hint}")
 
 # Credential files never travel, tracked or not; local state, caches and data neither: stages read their
 # inputs from storage.
 excludes = [".git/", ".venv/", "/runs/", "/mlruns/", "/demo-output/", "build/", "*.egg-info/",
             "__pycache__/", "*.pyc", ".pytest_cache/", "*.parquet", "*.bz2",
             "aws-credentials", "credentials", "*.credentials", ".env", ".env.*", "*.env", ".aws/", ".mlflow/",
-            ".ray/", ".netrc", "auth_token", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ed25519*"]
+            ".ray/", ".netrc", "auth_token", "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ed25519*",
+            ".git-credentials", ".git-credentials.*", ".pypirc", ".npmrc", ".pgpass", ".docker/", ".kube/",
+            "*.jks", "*.keystore", "*.kdbx", ".htpasswd"]
 # In a git checkout only tracked files travel: every untracked file or folder (ignored or not) is excluded
 # by its own anchored pattern.
 try:
@@ -118,9 +136,7 @@ try:
                                capture_output=True, check=True, timeout=60).stdout.decode().split("\0")
 except (OSError, subprocess.SubprocessError):
     untracked = []  # not a git checkout (an unpacked release, an image): the patterns above only
-# A config file the job reads from its working directory travels even when untracked (yours to check).
-configs = [a.split("=", 1)[1] if a.startswith("--config=") else b for a, b in zip(args, args[1:] + [""])
-           if a.startswith("--config=") or a == "--config"]
+# A config file the job reads from its working directory travels even when untracked (checked above).
 for path in untracked:
     inside = [c for c in configs if path.endswith("/") and os.path.normpath(c).startswith(path)]
     if inside:
@@ -138,4 +154,4 @@ read -r -a extra_opts <<<"${XH_SUBMIT_OPTS:-}"
 
 # No exec: the trap removes the runtime-env file once the job has finished (or was handed off with --no-wait).
 ray job submit --address "$RAY_ADDRESS" --working-dir "$working_dir" --runtime-env "$runtime_env" \
-  ${extra_opts[@]+"${extra_opts[@]}"} -- python -m "workflows.${stage}" "$@"
+  ${extra_opts[@]+"${extra_opts[@]}"} -- xh "$stage" "$@"

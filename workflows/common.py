@@ -1,23 +1,16 @@
-"""What every driver shares: the `python -m workflows.<stage>` entry point, progress lines and joining Ray."""
+"""What every driver shares: joining Ray, and its workers' log lines."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
 
-from workflows.cli import invoke
 from xh.config import XHConfig
 from xh.store import Store
 
 # Set by Ray in the environment of a job's driver.
 RAY_JOB_CONFIG_JSON_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
-
-
-def log(stage: str, message: str) -> None:
-    """One progress line of a stage, on stderr through `logging` (stdout carries the JSON summary line)."""
-    logging.getLogger(f"xh.{stage}").info(message)
 
 
 def quiet_ray_workers() -> None:
@@ -76,9 +69,3 @@ def init_ray(cfg: XHConfig, worker_output: bool = True) -> None:
     logging.getLogger("ray.data").setLevel(logging.INFO if verbose() else logging.ERROR)
     logging.getLogger("ray.serve").setLevel(logging.INFO if verbose() else logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = verbose() or (worker_output and sys.stderr.isatty())
-
-
-def main(stage: str, run: Callable[[XHConfig], dict], argv: Sequence[str] | None = None) -> None:
-    """`python -m workflows.<stage> ARGS`: the same command as `xh <stage> ARGS` (`workflows.cli`), with `run`
-    as what the stage runs when ARGS name no sub-command; leading `-v`/`-q` are `xh`'s own flags."""
-    invoke(stage, sys.argv[1:] if argv is None else list(argv), run)

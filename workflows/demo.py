@@ -11,7 +11,7 @@ hands them, the check against the generator's truth, the held-out questions, the
 from __future__ import annotations
 
 from workflows import graphs, qtype, rerank, retrieve, score, serve, synth, train, wiki
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import demo
 from xh.store import Store
@@ -70,7 +70,3 @@ def run_fever(cfg: XHConfig, store: Store, stage: demo.Stages) -> None:
     stage("promote", lambda: demo.promote_fever(cfg, store, done["graphs_dev"]["output"]))
     stage("score", lambda: score.run(demo.fever_score_config(cfg, done["claims"], done["promote"])))
     stage("fever_eval", lambda: demo.fever_eval(done["claims"], done["score"]))
-
-
-if __name__ == "__main__":
-    main("demo", run)

@@ -13,7 +13,7 @@ for drivers that track it themselves (the demo).
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import graphs
 from xh.store import Store
@@ -36,7 +36,3 @@ def run(cfg: XHConfig) -> dict:
         summary = build(cfg, store)
         graphs.log_summary(summary)
     return {"mlflow_run_id": tracked.info.run_id, **summary}
-
-
-if __name__ == "__main__":
-    main("graphs", run)

@@ -11,7 +11,7 @@ graph settings is refused in one line (exit 2) before Ray starts. The decision i
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import promote
 from xh.store import Store
@@ -28,10 +28,3 @@ def run(cfg: XHConfig) -> dict:
 
 def rollback(cfg: XHConfig) -> dict:
     return promote.rollback(cfg, Store.from_config(cfg))
-
-
-if __name__ == "__main__":
-    import sys
-
-    verb = sys.argv[1:2] == ["rollback"]  # `python -m workflows.promote rollback --set ...`
-    main("promote", rollback if verb else run, sys.argv[2:] if verb else None)

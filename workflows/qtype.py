@@ -8,7 +8,6 @@ The stage is `xh.stages.qtype`; it needs no Ray (one process fits the classifier
 
 from __future__ import annotations
 
-from workflows.common import main
 from xh.config import XHConfig
 from xh.stages import qtype as stage
 from xh.store import Store
@@ -16,7 +15,3 @@ from xh.store import Store
 
 def run(cfg: XHConfig) -> dict:
     return stage.run(cfg, Store.from_config(cfg))
-
-
-if __name__ == "__main__":
-    main("qtype", run)

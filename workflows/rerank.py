@@ -10,7 +10,7 @@ Config -> the pairs and their step plan (read here, before Ray starts) -> Ray Tr
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import rerank as stage
 from xh.store import Store
@@ -21,7 +21,3 @@ def run(cfg: XHConfig) -> dict:
     prepared = stage.prepare(cfg, store)
     init_ray(cfg)
     return stage.train(cfg, store, prepared)
-
-
-if __name__ == "__main__":
-    main("rerank", run)

@@ -13,7 +13,7 @@ One function per verb: config -> checks (one line, before Ray starts) -> Ray -> 
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import retrieve as stage
 from xh.store import Store
@@ -44,7 +44,3 @@ def paths(cfg: XHConfig) -> dict:
 
 def all_steps(cfg: XHConfig) -> dict:
     return stage.all_steps(cfg, _ready(cfg, stage.check_paths_inputs))
-
-
-if __name__ == "__main__":
-    main("retrieve", all_steps)  # `python -m workflows.retrieve index|run|eval|paths|all` as `xh retrieve`

@@ -10,7 +10,7 @@ the summary.
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import score
 from xh.store import Store
@@ -22,7 +22,3 @@ def run(cfg: XHConfig) -> dict:
     if job.digests:
         init_ray(cfg)
     return score.run(job)
-
-
-if __name__ == "__main__":
-    main("score", run)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from workflows.common import init_ray, main, verbose
+from workflows.common import init_ray, verbose
 from xh.config import XHConfig
 from xh.stages import serve
 from xh.store import Store
@@ -40,7 +40,3 @@ def run(cfg: XHConfig) -> dict:
     started = time.monotonic()  # the summary's seconds count the start-up too
     with serving(cfg) as served:
         return serve.until_stopped(cfg, served, stop, since=started)
-
-
-if __name__ == "__main__":
-    main("serve", run)

@@ -8,7 +8,7 @@ Writes under `<storage.root>/world/` (`xh.locations.world`; layout in `xh.synth`
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import synth
 from xh.store import Store
@@ -18,7 +18,3 @@ def run(cfg: XHConfig) -> dict:
     store = Store.from_config(cfg)
     init_ray(cfg)
     return synth.run(cfg, store)
-
-
-if __name__ == "__main__":
-    main("synth", run)

@@ -9,7 +9,7 @@ The stage itself is `xh.stages.train`.
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import train
 from xh.store import Store
@@ -28,7 +28,3 @@ def fit(cfg: XHConfig) -> dict:
 
 def run(cfg: XHConfig) -> dict:
     return train.run(_job(cfg))
-
-
-if __name__ == "__main__":
-    main("train", run)

@@ -11,7 +11,7 @@ Prints one JSON summary line: records, docs, redirects, links, quarantined (and 
 
 from __future__ import annotations
 
-from workflows.common import init_ray, main
+from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import wiki
 from xh.store import Store
@@ -22,7 +22,3 @@ def run(cfg: XHConfig) -> dict:
     wiki.check(cfg, store)  # bad input stops the stage here, before Ray starts
     init_ray(cfg)
     return wiki.run(cfg, store)
-
-
-if __name__ == "__main__":
-    main("wiki", run)

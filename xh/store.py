@@ -133,8 +133,8 @@ class Location:
     def marker(self) -> dict | None:
         return tables.read_marker(self)
 
-    def require_complete(self, what: str = "table", hint: str = "") -> dict:
-        return tables.require_complete(self, what=what, hint=hint)
+    def require_complete(self, what: str = "table", hint: str = "", kind: str | None = None) -> dict:
+        return tables.require_complete(self, what=what, hint=hint, kind=kind)
 
     def staged(self, *, kind: str, stage: str | None = None, inputs: object = None):
         """Build a table here in a staging sibling, published whole (see `xh.tables.staged`)."""

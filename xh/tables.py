@@ -82,8 +82,16 @@ BATCH_STAGING = "batch staging"  # a batch job's staging folder (its `_staging.j
 BATCH_STAGE = "batch stage"  # one finished stage inside it
 
 
+# The kinds a reader can check by the name it gives a table (`require_complete(folder, "wiki tables")`).
+KINDS = (WIKI_TABLES, RETRIEVAL, BM25_INDEX, GRAPHS, GRAPHS_QUARANTINE)
+
+
 class IncompleteTableError(FileNotFoundError):
     """A table folder without its completion marker (a run that failed, was killed, or never ran)."""
+
+
+class WrongKindError(ConfigError):
+    """A reader given a complete table of another kind (the graphs where the wiki tables belong)."""
 
 
 class ForeignFolderError(ConfigError):
@@ -144,8 +152,10 @@ def read_marker(folder: Location) -> dict | None:
     return _read_json(folder.join(MARKER))
 
 
-def require_complete(folder: Location, what: str = "table", hint: str = "") -> dict:
-    """The folder's marker; `IncompleteTableError` (one line) when the folder is missing or has none."""
+def require_complete(folder: Location, what: str = "table", hint: str = "", kind: str | None = None) -> dict:
+    """The folder's marker; `IncompleteTableError` (one line) when the folder is missing or has none, and
+    `WrongKindError` (one line) when it is a table of another kind than `kind` (default: `what`, when that
+    names a kind). A marker that names no kind passes if its layout shows none either (`_legacy_kind`)."""
     if not folder.exists():
         raise IncompleteTableError(f"no {what} at {folder.uri}{hint}")
     marker = read_marker(folder)
@@ -153,6 +163,10 @@ def require_complete(folder: Location, what: str = "table", hint: str = "") -> d
         raise IncompleteTableError(
             f"{what} at {folder.uri} is incomplete (no {MARKER}: a run failed or was interrupted){hint}"
         )
+    kind = kind or (what if what in KINDS else None)
+    found = marker.get("kind") or _legacy_kind(folder)
+    if kind is not None and found is not None and found != kind:
+        raise WrongKindError(f"{what} at {folder.uri} holds {_written_by(marker)}, not the {kind}{hint}")
     return marker
 
 

@@ -22,6 +22,7 @@ without it (MLflow prints that one in "View run at ..."), and logged parameters 
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import re
@@ -34,11 +35,6 @@ from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
 from xh.storage import S3Settings, is_s3
 from xh.store import Location, Store
 
-
-def _artifact_uri(location: str) -> str:
-    return location if is_s3(location) or "://" in location else Path(location).resolve().as_uri()
-
-
 # user info in a URI (`scheme://user:password@host`), and query parameters named like secrets
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
 _SECRET_QUERY = re.compile(
@@ -46,11 +42,27 @@ _SECRET_QUERY = re.compile(
 )
 
 
+# a setting whose name says it holds a secret: its whole value is one
+_SECRET_NAME = re.compile(r"password|secret|token|credential|api_?key", re.I)
+
+
 def redact(value):
     """A value with the credentials inside URIs replaced by `***` (other values as they are)."""
     if not isinstance(value, str):
         return value
     return _SECRET_QUERY.sub(r"\g<key>***", _USERINFO.sub(r"\g<scheme>***@", value))
+
+
+def redact_tree(tree, name: str = ""):
+    """`tree` (config sections as plain data) with every credential inside a value `redact`ed and the whole
+    value of a setting named like a secret (`*password*`, `*token*`, ...) shown as `***`."""
+    if isinstance(tree, dict):
+        return {key: redact_tree(value, str(key)) for key, value in tree.items()}
+    if isinstance(tree, list):
+        return [redact_tree(item, name) for item in tree]
+    if isinstance(tree, str) and tree and _SECRET_NAME.search(name):
+        return "***"
+    return redact(tree)
 
 
 def tracking_uri_without_credentials(uri: str) -> tuple[str, str | None, str | None]:
@@ -68,18 +80,78 @@ def in_ray_job() -> bool:
     return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
 
 
-def configure(cfg: MlflowConfig, store: Store | None = None) -> str:
-    """Point MLflow at the tracking store and experiment of `cfg`, its S3 artifacts reached with `store`'s
-    settings (default: the environment's); return the experiment id."""
+def _is_uri(location: str) -> bool:
+    """`s3://...`, `file:///...`, `mlflow-artifacts:/...`: a scheme before the first slash."""
+    return ":" in location.split("/", 1)[0]
+
+
+def check_tracking(cfg: MlflowConfig) -> None:
+    """What a Ray job would lose, refused in one line: a relative SQLite store or a relative artifact location
+    (a job runs in a temporary copy of the code, deleted with it)."""
+    uri = tracking_uri_without_credentials(cfg.tracking_uri)[0]
+    if in_ray_job() and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        raise ConfigError(
+            f"mlflow.tracking_uri {uri} is relative, and a Ray job runs in a temporary copy of the code: its "
+            "runs would be lost; set MLFLOW_TRACKING_URI (or mlflow.tracking_uri) to a tracking server"
+        )
+    artifact_root(cfg)
+
+
+def artifact_root(cfg: MlflowConfig) -> str | None:
+    """The artifact location of an experiment this process creates (None: the tracking server's own root).
+
+    A relative location is resolved against the working directory, except in a Ray job, whose working
+    directory is a temporary copy of the code: there a tracking server's own root is used, and without a
+    server the location is refused (its artifacts, and the model weights of later runs, would vanish)."""
+    location = cfg.artifact_location
+    if not location or is_s3(location) or _is_uri(location):
+        return location or None
+    if not in_ray_job() or Path(location).is_absolute():
+        return Path(location).resolve().as_uri()
+    if cfg.tracking_uri.startswith(("http://", "https://")):
+        logging.getLogger("xh.tracking").info(
+            "mlflow.artifact_location %s is relative to this job's temporary copy of the code: new experiments "
+            "keep their artifacts under the tracking server's own root",
+            location,
+        )
+        return None
+    raise ConfigError(
+        f"mlflow.artifact_location {location} is relative, and a Ray job runs in a temporary copy of the code: "
+        "its artifacts would be lost with it; set it to s3://... or an absolute path"
+    )
+
+
+def tracking_store(uri: str | None = None) -> str:
+    """The tracking store `uri` names (default: MLflow's current one), as an error message may show it."""
     import mlflow
 
+    return redact(tracking_uri_without_credentials(uri or mlflow.get_tracking_uri())[0])
+
+
+def require_registry(cfg: MlflowConfig, what: str) -> None:
+    """A SQLite tracking store that does not exist is refused in one line naming it, before MLflow opens
+    it (opening creates an empty store: a mistyped path or a run from another folder would leave one)."""
+    uri = tracking_uri_without_credentials(cfg.tracking_uri)[0]
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        raise ConfigError(
+            f"{what}: no MLflow tracking store at {uri} ({Path(uri[len('sqlite:///') :]).resolve()} does not "
+            "exist), so no registered model; set mlflow.tracking_uri (or MLFLOW_TRACKING_URI) to the store "
+            "that holds it"
+        )
+
+
+def configure(cfg: MlflowConfig, store: Store | None = None, *, registry: str | None = None) -> str:
+    """Point MLflow at the tracking store and experiment of `cfg`, its S3 artifacts reached with `store`'s
+    settings (default: the environment's); return the experiment id. A stage that only reads the registry
+    names the setting that looks a model up (`registry="score.model"`): a missing SQLite store is then
+    refused (`require_registry`), not created."""
+    import mlflow
+
+    check_tracking(cfg)
+    if registry is not None:
+        require_registry(cfg, registry)
     uri, user, password = tracking_uri_without_credentials(cfg.tracking_uri)
     if uri.startswith("sqlite:///"):
-        if in_ray_job() and not uri.startswith("sqlite:////"):
-            raise ConfigError(
-                f"mlflow.tracking_uri {uri} is relative, and a Ray job runs in a temporary copy of the code: its "
-                "runs would be lost; set MLFLOW_TRACKING_URI (or mlflow.tracking_uri) to a tracking server"
-            )
         Path(uri[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
     if user is not None:
         os.environ["MLFLOW_TRACKING_USERNAME"] = user
@@ -98,8 +170,7 @@ def configure(cfg: MlflowConfig, store: Store | None = None) -> str:
     experiment = mlflow.get_experiment_by_name(cfg.experiment)
     if experiment is not None:
         return experiment.experiment_id
-    location = _artifact_uri(cfg.artifact_location) if cfg.artifact_location else None
-    return mlflow.create_experiment(cfg.experiment, artifact_location=location)
+    return mlflow.create_experiment(cfg.experiment, artifact_location=artifact_root(cfg))
 
 
 def absolute_tracking(cfg: XHConfig) -> XHConfig:

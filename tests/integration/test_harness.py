@@ -73,7 +73,7 @@ def _cli(*args):
         ),
         (["-m", "workflows.cli", "synth", "--config", "no/such.yaml"], "error: config file not found: no/such.yaml"),
         (
-            ["-m", "workflows.synth", "--set", "synth.num_docs=ten"],
+            ["-m", "workflows.cli", "synth", "--set", "synth.num_docs=ten"],
             "error: config key 'synth.num_docs': input should be a valid integer",
         ),
         (["-m", "workflows.cli", "config", "show", "nosuch"], "error: unknown stage 'nosuch'"),

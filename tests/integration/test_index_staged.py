@@ -63,7 +63,7 @@ def _files(folder: Path) -> dict:
 def _driver(root: Path, ray_tmp: str) -> subprocess.Popen:
     args = ["index", "--set", f"storage.root={root}", "--set", "ray.num_cpus=1"]
     return subprocess.Popen(
-        [sys.executable, "-m", "workflows.retrieve", *args],
+        [sys.executable, "-m", "workflows.cli", "retrieve", *args],
         cwd=ROOT,
         env={**os.environ, "RAY_TMPDIR": ray_tmp},
         stdout=subprocess.PIPE,

@@ -194,21 +194,22 @@ def test_submit_sh_runs_synth_as_a_ray_job(job_cluster, tmp_path):
     print(f"\nsubmit.sh synth: {seconds:.1f}s from submission to SUCCEEDED")
 
 
-# What every stage does with its config and MLflow (`workflows.common.main`, `xh.tracking.stage_run`).
+# What every stage does with its config and MLflow (`xh synth` reads the config, `xh.tracking.stage_run`):
+# the copy's synth driver, replaced by a probe that opens one run and says where it went.
 PROBE = '''"""Test probe: one MLflow run the way every stage opens one."""
 import mlflow
 
-from workflows.common import main
 from xh.tracking import stage_run
 
 
 def run(cfg):
     with stage_run(cfg, "synth") as active:
-        return {"run_id": active.info.run_id, "tracking_uri": mlflow.get_tracking_uri()}
-
-
-if __name__ == "__main__":
-    main("synth", run)  # the synth stage's config sections
+        experiment = mlflow.get_experiment(active.info.experiment_id)
+        return {
+            "run_id": active.info.run_id,
+            "tracking_uri": mlflow.get_tracking_uri(),
+            "artifact_location": experiment.artifact_location,
+        }
 '''
 
 
@@ -216,7 +217,9 @@ def test_submit_sh_job_runs_go_to_mlflow_tracking_uri_and_no_credential_file_is_
     job_cluster, mlflow_server, tmp_path
 ):
     """A checkout with the README's `aws-credentials` and a `.env` lying untracked in it: neither reaches the
-    cluster; the job's run goes to the MLFLOW_TRACKING_URI given to submit.sh, not to the config's SQLite file."""
+    cluster; the job's run goes to the MLFLOW_TRACKING_URI given to submit.sh, not to the config's SQLite file,
+    and the experiment it creates keeps its artifacts under the server's root, not in the job's temporary
+    copy of the code (#44, 6: the config's `mlflow.artifact_location` is relative)."""
     url, token_file, work = job_cluster
     checkout = tmp_path / "checkout"
     tracked = (
@@ -228,7 +231,7 @@ def test_submit_sh_job_runs_go_to_mlflow_tracking_uri_and_no_credential_file_is_
         if (ROOT / path).is_file():
             (checkout / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / path, checkout / path)
-    (checkout / "workflows" / "tracking_probe.py").write_text(PROBE)
+    (checkout / "workflows" / "synth.py").write_text(PROBE)
     git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
@@ -243,8 +246,10 @@ def test_submit_sh_job_runs_go_to_mlflow_tracking_uri_and_no_credential_file_is_
         "XH_WORKING_DIR": str(checkout),
         "XH_SUBMIT_OPTS": f"--submission-id {submission_id}",
     }
+    experiment = f"probe-{uuid.uuid4().hex[:8]}"  # new: the job creates it
+    probe = ["synth", "--config", "configs/demo.yaml", "--set", f"mlflow.experiment={experiment}"]
     done = subprocess.run(
-        ["bash", str(checkout / "infra" / "submit.sh"), "tracking_probe", "--config", "configs/demo.yaml"],
+        ["bash", str(checkout / "infra" / "submit.sh"), *probe],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -254,12 +259,14 @@ def test_submit_sh_job_runs_go_to_mlflow_tracking_uri_and_no_credential_file_is_
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     summary = json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{")))
     assert summary["tracking_uri"] == mlflow_server
+    assert summary["artifact_location"].startswith("mlflow-artifacts:"), summary  # the server's proxied root
+    assert str(work) not in summary["artifact_location"] and "runs/mlflow" not in summary["artifact_location"]
     import mlflow
 
     run = mlflow.MlflowClient(mlflow_server).get_run(summary["run_id"])
     assert run.data.params["mlflow.tracking_uri"] == mlflow_server
     leaked = [str(p) for p in (work / "ray").rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
     assert not leaked, f"a credential file reached the cluster: {leaked}"
-    packages = [p for p in (work / "ray").rglob("tracking_probe.py")]
+    packages = [p for p in (work / "ray").rglob("synth.py") if "Test probe" in p.read_text()]
     assert packages, "the job's working directory was not found under Ray's temp dir"
     assert not list((work / "ray").rglob("aws-credentials")) and not list((work / "ray").rglob(".env"))

@@ -141,8 +141,8 @@ def _held_out_folder(world_graphs: str, folder: Path, keep: set[str]) -> str:
 def test_an_eval_set_sharing_questions_with_the_training_set_is_refused_in_one_line_with_exit_2(
     trained, world_graphs, mlflow_server, s3_endpoint, tmp_path, capsys
 ):
+    from tests.cli import xh
     from workflows import promote
-    from workflows.common import main
 
     mlflow.set_tracking_uri(mlflow_server)
     training, dev = _split(world_graphs)
@@ -154,7 +154,7 @@ def test_an_eval_set_sharing_questions_with_the_training_set_is_refused_in_one_l
             for arg in ("--set", o)
         ]
         with pytest.raises(SystemExit) as exited:
-            main("promote", promote.run, argv)
+            xh("promote", *argv)
         return exited.value.code, capsys.readouterr().err
 
     code, err = cli(world_graphs)  # the folder training read: every training question in it

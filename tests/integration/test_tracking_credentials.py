@@ -22,10 +22,12 @@ pytestmark = pytest.mark.integration
 # What every stage does: its config from the command line and the environment, then `stage_run`.
 DRIVER = """
 import json, sys
-from xh.config import from_argv
+from xh.config import load_config
 from xh.tracking import stage_run
 
-with stage_run(from_argv(sys.argv[1:]), "synth") as run:
+pairs = list(zip(sys.argv[1:], sys.argv[2:]))
+config = next((value for flag, value in pairs if flag == "--config"), None)
+with stage_run(load_config(config, [value for flag, value in pairs if flag == "--set"]), "synth") as run:
     pass
 print(json.dumps({"run_id": run.info.run_id}))
 """

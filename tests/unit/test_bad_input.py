@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.common import main
+from tests.cli import xh
 from xh import schemas
 from xh.fever import read_fever_claims
 from xh.questions import parse_question_file, question_rows, read_hotpot_questions
@@ -106,7 +106,11 @@ def test_empty_and_all_bad_files_give_empty_results_not_errors():
     _arrow_accepts(rows, quarantined)
 
 
-def test_retrieval_question_file_quarantines_bad_records_and_refuses_a_broken_file_in_one_line(tmp_path, capsys):
+def test_retrieval_question_file_quarantines_bad_records_and_refuses_a_broken_file_in_one_line(
+    tmp_path, capsys, monkeypatch
+):
+    import workflows.retrieve
+
     good = tmp_path / "q.json"
     good.write_bytes(b'[{"_id": "a", "question": "Caf\xe9?", "level": 3}, {"_id": "b", "question": "Fine?"}]')
     rows, quarantined = read_hotpot_questions(str(good))
@@ -117,8 +121,9 @@ def test_retrieval_question_file_quarantines_bad_records_and_refuses_a_broken_fi
     for broken, message in ((cut, "truncated compressed file"), (tmp_path / "obj.json", "not a HotpotQA question")):
         if broken.suffix == ".json":
             broken.write_text('{"_id": "a"}')
+        monkeypatch.setattr(workflows.retrieve, "all_steps", lambda cfg, f=broken: read_hotpot_questions(str(f)))
         with pytest.raises(SystemExit) as exit_:
-            main("retrieve", lambda cfg, f=broken: read_hotpot_questions(str(f)), argv=[])
+            xh("retrieve", "all")
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and message in err and "\n" not in err and "Traceback" not in err
@@ -158,14 +163,8 @@ def test_the_score_driver_says_which_s3_setting_is_missing_and_exits_2(tmp_path,
     for var in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    from workflows import score
-
     with pytest.raises(SystemExit) as exit_:
-        main(
-            "score",
-            score.run,
-            argv=["--set", "score.input=s3://incoming/2026-11-22/", "--set", "score.model=models:/m@champion"],
-        )
+        xh("score", "--set", "score.input=s3://incoming/2026-11-22/", "--set", "score.model=models:/m@champion")
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: s3://incoming/2026-11-22/: no S3 endpoint configured") and "\n" not in err
@@ -185,7 +184,7 @@ def test_a_graphs_folder_missing_a_column_is_refused_in_one_line_before_ray_star
 ):
     import ray
 
-    from workflows import promote, train
+    from workflows import train
 
     # the whole suite's session cluster may already be up: watch the driver's own calls instead
     monkeypatch.setattr(train, "init_ray", lambda cfg: pytest.fail("Ray started before the schema check"))
@@ -195,9 +194,8 @@ def test_a_graphs_folder_missing_a_column_is_refused_in_one_line_before_ray_star
     _graphs_folder(graphs, drop="edges")
     argv = ["--set", f"storage.root={tmp_path}", "--set", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"]
     argv += ["--set", f"promote.eval_set={graphs}"] if stage == "promote" else []  # promotion has no default folder
-    run = {"train": train.run, "promote": promote.run}[stage]
     with pytest.raises(SystemExit) as exit_:
-        main(stage, run, argv=argv)
+        xh(stage, *argv)
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "lacks column(s) edges" in err and "\n" not in err

@@ -2,7 +2,7 @@
 
 What is checked: Kubernetes kinds and API versions; one image (the project's, tagged with its version)
 in every manifest, the Dockerfile and the AWS cluster launcher YAML; every Ray pod has a memory-backed
-/dev/shm; every `python -m X` entrypoint names a module of this repository; the CronJob renders and
+/dev/shm; every entrypoint is an `xh` command; the CronJob renders and
 applies the batch-scoring RayJob and ends as soon as the RayJob does, failing unless its Ray job
 succeeded (its containers run against a stand-in kubectl); the RBAC lets it; no secret travels in a
 RayJob, and S3 keys reach pods only as a mounted file; the AWS YAML passes Ray's own schema; the
@@ -79,10 +79,10 @@ def _rayjobs() -> dict[str, dict]:
     return {p.name: _docs(p)[0] for p in sorted(K8S.glob("rayjob-*.yaml"))}
 
 
-def _module_of(entrypoint: str) -> str:
+def _command_of(entrypoint: str) -> str:
     words = shlex.split(entrypoint)
-    assert words[:2] == ["python", "-m"], f"entrypoint {entrypoint!r} is not `python -m MODULE ...`"
-    return words[2]
+    assert words[0] == "xh", f"entrypoint {entrypoint!r} is not `xh COMMAND ...`"
+    return words[1]
 
 
 # --- YAML, kinds and API versions ------------------------------------------------------------
@@ -175,13 +175,19 @@ def test_one_project_image_in_every_manifest_the_dockerfile_and_the_aws_cluster(
 # --- entrypoints and the config they read -----------------------------------------------------
 
 
-def test_every_entrypoint_names_a_module_of_this_repository():
-    entrypoints = [job["spec"]["entrypoint"] for job in _rayjobs().values()]
-    assert {_module_of(e) for e in entrypoints} >= {"workflows.train", "workflows.score"}
+def test_every_entrypoint_is_an_xh_command_and_the_image_installs_xh():
+    import typer
+
+    from workflows.cli import app
+
+    commands = typer.main.get_command(app).commands
+    entrypoints = [job["spec"]["entrypoint"] for _, job in _all_rayjobs()]
+    entrypoints += [_one("RayCronJob")["spec"]["jobTemplate"]["entrypoint"]]
+    assert {_command_of(e) for e in entrypoints} >= {"train", "score", "promote"}
     for entrypoint in entrypoints:
-        module = _module_of(entrypoint)
-        path = ROOT / Path(*module.split(".")).with_suffix(".py")
-        assert path.is_file(), f"entrypoint {entrypoint!r}: {path.relative_to(ROOT)} does not exist"
+        assert _command_of(entrypoint) in commands, f"entrypoint {entrypoint!r} names no command of xh"
+    assert 'xh = "workflows.cli:app"' in (ROOT / "pyproject.toml").read_text()
+    assert "uv pip install --no-deps --no-build-isolation ." in (INFRA / "Dockerfile").read_text()
 
 
 def test_rayjobs_run_on_the_project_cluster_with_the_config_mounted_on_its_head(monkeypatch):
@@ -380,7 +386,7 @@ def test_cronjob_renders_and_applies_the_dated_batch_scoring_rayjob_and_waits_pa
     assert job["kind"] == "RayJob" and job["apiVersion"] == "ray.io/v1"
     assert job["metadata"]["name"] == f"xh-score-{dt.datetime.now(dt.UTC):%Y%m%d}"
     assert {**job, "metadata": None} == {**_rayjobs()["rayjob-score.yaml"], "metadata": None}
-    assert _module_of(job["spec"]["entrypoint"]) == "workflows.score"
+    assert _command_of(job["spec"]["entrypoint"]) == "score"
     # The wait outlasts the RayJob's own deadline (which ends it), and the Job's deadline outlasts the wait.
     job_spec = _one("CronJob")["spec"]["jobTemplate"]["spec"]
     wait = next(c for c in job_spec["template"]["spec"]["initContainers"] if c["name"] == "wait")
@@ -526,7 +532,7 @@ def test_submit_sh_help_and_one_line_errors(tmp_path):
     assert shown.returncode == 0 and "RAY_ADDRESS" in shown.stdout and "RAY_AUTH_TOKEN" in shown.stdout
     cases = [
         (["synth"], {}, "set RAY_ADDRESS"),
-        (["no_such_stage"], {"RAY_ADDRESS": "http://127.0.0.1:1"}, "workflows/no_such_stage.py does not exist"),
+        (["no_such_stage"], {"RAY_ADDRESS": "http://127.0.0.1:1"}, "no stage 'no_such_stage': one of synth wiki"),
         (["synth"], {"RAY_ADDRESS": "http://127.0.0.1:1"}, "no Ray auth token"),  # HOME has no ~/.ray/auth_token
     ]
     for args, env, message in cases:
@@ -569,9 +575,8 @@ def test_submit_sh_hands_ray_the_env_by_file_never_on_the_command_line(tmp_path)
     assert argv[argv.index("--working-dir") + 1] == str(ROOT)
     assert argv[argv.index("--") :] == [
         "--",
-        "python",
-        "-m",
-        "workflows.synth",
+        "xh",
+        "synth",
         "--config",
         "configs/demo.yaml",
         "--set",
@@ -698,3 +703,55 @@ def test_submit_sh_uploads_only_tracked_files_and_never_a_credential_file(tmp_pa
     subprocess.run([*git, "init", "-q"], check=True)
     done = _submit(["synth", "--config", "notes/todo.txt"], env, tmp_path)
     assert done.returncode == 2 and "untracked folder" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_submit_sh_refuses_a_config_file_holding_a_credential_without_showing_it(tmp_path):
+    """#44 (10): the config file it ships is checked as the arguments are: tracked or untracked, the job's
+    working directory is readable by every token holder."""
+    bin_dir, record = _fake_ray(tmp_path)
+    secret = "pw-in-a-config-0451"
+    checkout = tmp_path / "checkout"
+    (checkout / "configs").mkdir(parents=True)
+    (checkout / "configs" / "demo.yaml").write_text("synth: {}\n")
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
+    (checkout / "mine.yaml").write_text(f"synth: {{}}\nmlflow:\n  tracking_uri: http://alice:{secret}@mlflow:5000\n")
+    (checkout / "token.yaml").write_text(f"storage:\n  root: s3://b/x?X-Amz-Security-Token={secret}\n")
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RAY_ADDRESS": "http://head:8265"}
+    env |= {"RAY_AUTH_TOKEN": "t", "XH_WORKING_DIR": str(checkout)}
+    for args, line in ((["--config", "mine.yaml"], 3), (["--config=token.yaml"], 2)):
+        done = _submit(["synth", *args], env, tmp_path)
+        assert done.returncode == 2 and f"holds a credential inside a URI (line {line})" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and secret not in done.stdout + done.stderr
+        assert not record.exists(), "ray was called"
+    done = _submit(["synth", "--config", "configs/demo.yaml"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_submit_sh_never_uploads_git_credentials_and_the_like_even_tracked(tmp_path):
+    """#44 (10): `.git-credentials`, `.netrc`, `.pypirc`, a key or a `.env` committed by mistake stay behind."""
+    bin_dir, record = _fake_ray(tmp_path)
+    checkout = tmp_path / "checkout"
+    credentials = [".git-credentials", ".netrc", ".pypirc", ".npmrc", ".pgpass", "deploy.pem", ".env", "sub/.env"]
+    for path in ["configs/demo.yaml", *credentials]:
+        (checkout / path).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / path).write_text("https://user:not-a-real-token@git.example\n")
+    (checkout / "configs" / "demo.yaml").write_text("synth: {}\n")
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-f", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "RAY_ADDRESS": "http://head:8265"}
+    done = _submit(["synth"], env | {"RAY_AUTH_TOKEN": "t", "XH_WORKING_DIR": str(checkout)}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    excludes = json.loads(record.read_text())["runtime_env"]["excludes"]
+    assert _uploaded(checkout, excludes) == {"configs/demo.yaml"}
+
+
+def test_submit_sh_takes_the_commands_of_xh():
+    from workflows.cli import ORDER
+
+    stages = re.search(r'^stages=" (.*) "$', SUBMIT.read_text(), re.M).group(1).split()
+    assert stages == [c for c in ORDER if c != "config"]

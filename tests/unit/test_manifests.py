@@ -234,7 +234,7 @@ def test_both_scheduled_scoring_jobs_are_incremental_with_the_cluster_config():
     (template,) = _yaml_docs((K8S / "rayjob-score.yaml").read_text())
     for spec in (template["spec"], _one("RayCronJob")["spec"]["jobTemplate"]):
         words = shlex.split(spec["entrypoint"])
-        assert words[:3] == ["python", "-m", "workflows.score"], words
+        assert words[:2] == ["xh", "score"], words
         config = words[words.index("--config") + 1]
         assert config == "/etc/xh/cluster.yaml"  # where raycluster.yaml mounts the ConfigMap xh-config
         overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]

@@ -191,7 +191,9 @@ def test_the_graphs_stage_pointed_at_the_wiki_tables_exits_2_in_one_line_and_kee
         [
             sys.executable,
             "-m",
-            "workflows.graphs",
+            "workflows.cli",
+            "graphs",
+            "build",
             "--set",
             f"storage.root={tmp_path}",
             "--set",

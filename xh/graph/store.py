@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from xh import schemas
 from xh.jsonfiles import InputFileError
 from xh.store import Location, located
+from xh.tables import GRAPHS
 
 
 def shard_name(shard: int) -> str:
@@ -48,7 +49,7 @@ def _existing(folder: Location, what: str):
     """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`) whose
     files hold every GRAPHS column; a one-line error otherwise (`FileNotFoundError` for a build that
     failed or was interrupted, `InputFileError` for a missing column), before any worker reads it."""
-    folder.require_complete(what, hint=" (run `xh graphs build` first)")
+    folder.require_complete(what, hint=" (run `xh graphs build` first)", kind=GRAPHS)
     fs, path = folder.fs_path()
     needed = schemas.GRAPHS.names
     for fragment in pads.dataset(path, filesystem=fs, format="parquet").get_fragments():

@@ -11,7 +11,7 @@ graph and no expansion). The data gives it when present; new questions get it fr
     clf.save("runs/qtype"); clf = QuestionTypeClassifier.load("runs/qtype")
     # graph building asks it only for questions whose type the data lacks (xh.graph.hotpot)
 
-    python -m xh.model.qtype --train hotpot_dev_questions_simplified_from200.json --backbone PATH --out runs/qtype
+    xh qtype --questions hotpot_train.json --output runs/qtype     # the stage that trains it (`xh.stages.qtype`)
 
 The model: the backbone is loaded as XHModel loads it (`AutoModel.from_pretrained`, float32, the same
 tokenizer loader) and stays frozen. A question's features are the mean over its tokens of every
@@ -38,13 +38,9 @@ recorded name or path; either way the weights' fingerprint must match, or `load`
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import math
-import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -55,7 +51,7 @@ import torch
 
 from xh.graph.encoded import QUESTION_TYPES
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
-from xh.questions import _quarantine, load_json
+from xh.questions import _quarantine
 
 CONFIG_FILE = "qtype.json"
 FORMAT = "xh-question-type"
@@ -336,59 +332,3 @@ def holdout_split(questions: Sequence[str], test_fraction: float = 0.2) -> tuple
     order = sorted(range(len(questions)), key=lambda i: (hashlib.sha256(questions[i].encode()).hexdigest(), i))
     n_train = len(order) - math.ceil(len(order) * test_fraction)
     return sorted(order[:n_train]), sorted(order[n_train:])
-
-
-def main(argv: Sequence[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m xh.model.qtype", description=__doc__.splitlines()[0])
-    parser.add_argument("--train", required=True, help="HotpotQA-format JSON array: question, type (local or s3://)")
-    parser.add_argument("--backbone", required=True, help="transformers name or folder of the encoder")
-    parser.add_argument("--out", required=True, help="folder the classifier is saved to")
-    parser.add_argument("--test-fraction", type=float, default=0.2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--no-backbone-copy", action="store_true", help="save the head only; load reloads --backbone")
-    args = parser.parse_args(argv)
-    if not 0.0 < args.test_fraction < 1.0:
-        parser.error("--test-fraction must lie strictly between 0 and 1")
-
-    records = load_json(args.train)
-    questions, types, quarantined = labelled_questions(records, args.train)
-    train_rows, test_rows = holdout_split(questions, args.test_fraction)
-    classifier = QuestionTypeClassifier.train(
-        [questions[i] for i in train_rows],
-        [types[i] for i in train_rows],
-        args.backbone,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        max_length=args.max_length,
-    )
-    started = time.perf_counter()
-    metrics = evaluate(classifier, [questions[i] for i in test_rows], [types[i] for i in test_rows])
-    predict_seconds = time.perf_counter() - started
-    classifier.save(args.out, include_backbone=not args.no_backbone_copy)
-    summary = {
-        "file": args.train,
-        "records": len(records),
-        "train": len(train_rows),
-        "test": len(test_rows),
-        "quarantined": len(quarantined),
-        "quarantine_reasons": dict(Counter(row["reason"] for row in quarantined)),
-        "backbone": args.backbone,
-        "l2": classifier.config.l2,
-        "train_seconds": classifier.config.train_seconds,
-        "test_seconds": round(predict_seconds, 2),
-        **metrics,
-        "out": args.out,
-    }
-    (Path(args.out) / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
-    return summary
-
-
-if __name__ == "__main__":
-    try:
-        main()
-    except (ValueError, OSError) as e:  # bad input, a missing file or backbone: one line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)

@@ -14,6 +14,7 @@ from xh.config import ConfigError
 from xh.registry import lock
 from xh.registry.evaluation import evaluate_version
 from xh.registry.versions import version_loads, version_of
+from xh.tracking import tracking_store
 
 PREVIOUS_CHAMPION_TAG = "previous_champion"  # the last of HISTORY_TAG (kept for older readers)
 HISTORY_TAG = "champion_history"  # JSON list of every version @champion replaced, oldest first
@@ -145,7 +146,9 @@ def rollback(name: str) -> dict:
     except mlflow.exceptions.MlflowException as e:  # a misspelt name: one line, as for any setting
         if e.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        raise ConfigError(f"promote.model: no registered model {name!r} in the registry") from None
+        raise ConfigError(
+            f"promote.model: no registered model {name!r} in the tracking store {tracking_store()}"
+        ) from None
     if not history:
         raise ConfigError(f"{name} has no previous champion to roll back to")
     previous = history[-1]

@@ -9,6 +9,7 @@ import yaml
 
 from xh.config import ConfigError
 from xh.registry.pyfunc import LoadedVersion
+from xh.tracking import tracking_store
 
 
 def parse_model_uri(uri: str) -> tuple[str, str | None, str | None]:
@@ -31,7 +32,9 @@ def resolve_model(uri: str) -> dict:
         else:
             version = client.get_model_version(name, number)
     except mlflow.exceptions.MlflowException as e:
-        raise ConfigError(f"score.model: cannot resolve {uri}: {e.message}") from None
+        raise ConfigError(
+            f"score.model: cannot resolve {uri} in the tracking store {tracking_store()}: {e.message}"
+        ) from None
     return {"name": name, "version": str(version.version), "run_id": version.run_id or ""}
 
 

@@ -43,7 +43,7 @@ def prepare(cfg: XHConfig, store: Store) -> Plan:
     p = cfg.promote
     if p.eval_set:
         require_graphs(store.at(p.eval_set), "evaluation set")
-    configure(cfg.mlflow, store)
+    configure(cfg.mlflow, store, registry="promote.model")
     challenger = registry.alias_version(p.model, "challenger")
     if challenger is None:
         return Plan(None)
@@ -96,5 +96,5 @@ def run(cfg: XHConfig, store: Store, plan: Plan | None = None) -> dict:
 
 def rollback(cfg: XHConfig, store: Store) -> dict:
     """Give `@champion` of `promote.model` back to the version the last promotion replaced."""
-    configure(cfg.mlflow, store)
+    configure(cfg.mlflow, store, registry="promote.model")
     return registry.rollback(cfg.promote.model)

@@ -422,7 +422,7 @@ def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
     # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
     if cfg.retrieve.path_scorer:
         PathScorer.load(store.at(cfg.retrieve.path_scorer))
-    configure(cfg.mlflow, store)
+    configure(cfg.mlflow, store, registry="score.model")
     model = resolve_model(sc.model)
     given = cfg.retrieve.path_scorer
     cfg, drift = version_pipeline(cfg, model, store)

@@ -31,7 +31,7 @@ def check(cfg: XHConfig, store: Store) -> dict:
     from xh.tracking import configure
 
     alias_of(cfg)
-    configure(cfg.mlflow, store)
+    configure(cfg.mlflow, store, registry="serve.model")
     model = served_model(cfg)
     with tempfile.TemporaryDirectory(prefix="xh-serve-check-") as folder:
         used = version_config(cfg, store, model, folder)  # a drift: one line here, not a failed replica later

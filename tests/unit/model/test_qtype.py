@@ -18,7 +18,6 @@ from xh.model.qtype import (
     evaluate,
     holdout_split,
     labelled_questions,
-    main,
 )
 
 NAMES = [
@@ -171,30 +170,6 @@ def test_holdout_split_is_deterministic_and_order_free():
     shuffled = list(reversed(questions))
     train2, test2 = holdout_split(shuffled)
     assert {shuffled[i] for i in test2} == {questions[i] for i in test}
-
-
-def test_main_counts_bad_records_and_saves(backbone, tmp_path, capsys):
-    questions, types = templated(150, seed=6)
-    records = [{"_id": str(i), "question": q, "type": t} for i, (q, t) in enumerate(zip(questions, types))]
-    records += [{"question": "Where?"}, {"question": "", "type": "bridge"}, {"question": "Why?", "type": "other"}, 7]
-    path = tmp_path / "questions.json"
-    path.write_text(json.dumps(records))
-    summary = main(["--train", str(path), "--backbone", backbone, "--out", str(tmp_path / "out")])
-    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert printed == json.loads(json.dumps(summary))
-    assert summary["records"] == 154 and summary["quarantined"] == 4
-    assert summary["train"] + summary["test"] + summary["quarantined"] == summary["records"]
-    assert summary["test"] == 30 and summary["questions"] == 30
-    assert summary["quarantine_reasons"] == {
-        "missing type": 1,
-        "missing question": 1,
-        "unknown type 'other'": 1,
-        "invalid record: not an object": 1,
-    }
-    assert summary["accuracy"] >= 0.9
-    loaded = QuestionTypeClassifier.load(tmp_path / "out")
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["accuracy"] == summary["accuracy"]
-    assert loaded.config.train_questions == 120
 
 
 @pytest.mark.slow

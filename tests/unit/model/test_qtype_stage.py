@@ -54,24 +54,23 @@ def test_the_stage_trains_outside_the_held_out_split_and_saves_where_score_looks
 
 
 def test_xh_qtype_takes_its_question_file_and_output_as_flags(world, tmp_path, tiny_backbone, capsys):
-    from workflows import qtype as driver
-    from workflows.common import main
+    from tests.cli import xh
 
     other = tmp_path / "elsewhere.json"
     other.write_text(json.dumps(world[:60]))
     out = tmp_path / "out" / "classifier"
     args = ["--questions", str(other), "--output", str(out), "--set", f"model.backbone={tiny_backbone}"]
-    main("qtype", driver.run, args)
+    xh("qtype", *args)
     printed = json.loads(capsys.readouterr().out)
     assert printed["path"] == str(out) and QuestionTypeClassifier.load(out).config.train_questions < 60
     assert printed["train_questions"] == sum(not in_dev_split(q["_id"], 0.2) for q in world[:60])
 
 
 def test_a_missing_question_file_is_one_line_and_exit_code_2(tmp_path, capsys):
-    from workflows.common import main
+    from tests.cli import xh
 
     with pytest.raises(SystemExit) as exited:
-        main("qtype", lambda cfg: qtype.run(cfg, Store.from_config(cfg)), ["--set", f"storage.root={tmp_path}"])
+        xh("qtype", "--set", f"storage.root={tmp_path}")
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert "questions.json" in err

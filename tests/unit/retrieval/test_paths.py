@@ -203,8 +203,8 @@ def test_a_broken_path_scorer_stops_retrieve_run_and_score_in_one_line_before_ra
 ):
     import ray
 
+    from tests.cli import xh
     from workflows import retrieve, score
-    from workflows.common import main
 
     # the suite's session cluster may already be up: watch the drivers' own calls instead
     for module in (retrieve, score):
@@ -223,7 +223,7 @@ def test_a_broken_path_scorer_stops_retrieve_run_and_score_in_one_line_before_ra
     else:
         argv += [f"score.input={tmp_path / 'q.jsonl'}", "score.model=models:/xh@champion"]
     with pytest.raises(SystemExit) as exit_:
-        main(stage, {"retrieve": retrieve.run, "score": score.run}[stage], argv=[a for s in argv for a in ("--set", s)])
+        xh(*{"retrieve": ["retrieve", "run"], "score": ["score"]}[stage], *[a for s in argv for a in ("--set", s)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: {scorer_file}: not a usable path scorer: w2 holds non-finite values (NaN or infinity)"

@@ -37,7 +37,7 @@ def _stage(stage: str, *args: str, cwd: Path, ray_tmp: Path) -> subprocess.Compl
     env = {k: v for k, v in os.environ.items() if not k.startswith(_ENV_DROPPED)}
     env.update(RAY_TMPDIR=str(ray_tmp), HOME=str(cwd))  # HOME: no ~/.aws of the machine's user
     return subprocess.run(
-        [sys.executable, "-m", f"workflows.{stage}", *args],
+        [sys.executable, "-m", "workflows.cli", stage, *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -60,18 +60,30 @@ def _wiki_tables(root: Path) -> None:
     "stage, args, message",
     [
         ("score", ["--set", "score.run_date=2026-02-30"], "error: config key 'score.run_date'"),
-        ("wiki", ["--set", "storage.root=http://example.invalid/xh"], "error: config key 'storage.root': unsupported"),
-        ("graphs", ["--set", "mlflow.tracking_uri=bogus://x"], "error: config key 'mlflow.tracking_uri': unsupported"),
-        ("wiki", ["--set", "wiki.inputs=[gs://bucket/dump]"], "error: config key 'wiki.inputs': unsupported"),
+        (
+            "wiki",
+            ["process", "--set", "storage.root=http://example.invalid/xh"],
+            "error: config key 'storage.root': unsupported",
+        ),
+        (
+            "graphs",
+            ["build", "--set", "mlflow.tracking_uri=bogus://x"],
+            "error: config key 'mlflow.tracking_uri': unsupported",
+        ),
+        (
+            "wiki",
+            ["process", "--set", "wiki.inputs=[gs://bucket/dump]"],
+            "error: config key 'wiki.inputs': unsupported",
+        ),
         (  # the demo's config is any stage's: refused for what is missing, not for a setting only the demo reads
             "retrieve",
             ["run", "--config", str(ROOT / "configs" / "demo.yaml"), "--questions", "{questions}"],
             "error: no BM25 index at",
         ),
-        ("graphs", ["--task", "hotpt"], "error: Invalid value for '--task' / '-t': "),
+        ("graphs", ["build", "--task", "hotpt"], "error: Invalid value for '--task' / '-t': "),
         (
             "retrieve",
-            ["--set", "retrieve.index=s3://bucket/index"],
+            ["all", "--set", "retrieve.index=s3://bucket/index"],
             "error: s3://bucket/index: no S3 endpoint configured",
         ),
     ],
@@ -143,3 +155,63 @@ def test_the_demo_config_is_every_stages_and_what_the_demo_trains_is_its_own_sec
     assert fever.graphs.sentence_reranker is None and not fever.demo.train_sentence_reranker
     with pytest.raises(ConfigError, match=r"^config key 'demo.train_reranker': input should be a valid boolean"):
         load_config(None, ["demo.train_reranker=auto"])
+
+
+def test_a_ray_job_never_puts_an_experiments_artifacts_in_its_temporary_copy_of_the_code(tmp_path, monkeypatch):
+    """#44 (6): a relative `mlflow.artifact_location` (the default) in a submitted job: a tracking server's own
+    artifact root, or, without a server, one line and exit 2 before Ray; outside a job, the working directory."""
+    from tests.cli import xh
+    from xh.tracking import artifact_root
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    served = load_config(None, ["mlflow.tracking_uri=http://mlflow:5000"]).mlflow
+    assert artifact_root(served) == (tmp_path / "runs" / "mlflow" / "artifacts").as_uri()
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # what Ray sets in a job's driver
+    assert artifact_root(served) is None
+    kept = {"s3://b/a": "s3://b/a", "mlflow-artifacts:/xh": "mlflow-artifacts:/xh"}
+    kept[str(tmp_path / "a")] = (tmp_path / "a").as_uri()
+    for given, expected in kept.items():
+        assert artifact_root(served.model_copy(update={"artifact_location": given})) == expected
+    local = served.model_copy(update={"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db"})
+    with pytest.raises(
+        ConfigError, match=r"^mlflow.artifact_location runs/mlflow/artifacts is relative, and a Ray job"
+    ):
+        artifact_root(local)
+    with pytest.raises(SystemExit) as exited:
+        xh("synth", "--set", f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db")
+    assert exited.value.code == 2 and not (tmp_path / "mlflow.db").exists()
+
+
+def _table(folder: Path, kind: str) -> None:
+    """A complete, empty table of `kind` at `folder`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from xh import schemas
+    from xh.store import located
+    from xh.tables import staged
+
+    with staged(located(str(folder)), kind=kind) as stage:
+        Path(stage.uri).mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([], schema=schemas.GRAPHS), f"{stage.uri}/part-00000.parquet")
+        stage.rows = 0
+
+
+@pytest.mark.parametrize(
+    "args, kind, message",
+    [
+        (["retrieve", "index", "--set", "retrieve.tables={table}"], "graphs", "holds the graphs, not the wiki tables"),
+        (["promote", "--eval-set", "{table}"], "bm25 index", "holds the bm25 index, not the graphs"),
+    ],
+)
+def test_a_table_of_another_kind_is_refused_in_one_line_before_ray(args, kind, message, tmp_path, ray_tmp):
+    """#44 (15): a graphs table where the wiki tables belong, the BM25 index as the evaluation set."""
+    table = tmp_path / "some-table"
+    _table(table, kind)
+    args = [a.format(table=table) for a in args]
+    result = _stage(*args, "--set", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db", cwd=tmp_path, ray_tmp=ray_tmp)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and str(table) in lines[0], result.stderr
+    assert not list(ray_tmp.iterdir()), "Ray was started"

@@ -95,11 +95,12 @@ def test_the_demo_run_records_each_stage_its_seconds_and_the_summary(tmp_path, m
     assert mlflow.get_run(failed.summary["mlflow_run_id"]).info.status == "FAILED"
 
 
-def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_summary(capsys):
+def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_summary(capsys, monkeypatch):
     import json
     from pathlib import Path
 
-    from workflows.common import main
+    import workflows.demo
+    from tests.cli import xh
 
     seen = []
 
@@ -107,13 +108,14 @@ def test_xh_demo_flags_say_what_the_demo_trains_first_and_the_table_follows_the_
         seen.append(cfg.demo)
         return _summary("sqlite:///m.db")
 
+    monkeypatch.setattr(workflows.demo, "run", run)
     config = str(Path(__file__).resolve().parents[3] / "configs" / "demo.yaml")
-    main("demo", run, ["--config", config, "--no-train-path-scorer", "--train-reranker"])
+    xh("demo", "--config", config, "--no-train-path-scorer", "--train-reranker")
     assert [(d.train_reranker, d.train_path_scorer, d.train_sentence_reranker) for d in seen] == [(True, False, False)]
     out, err = capsys.readouterr()
     assert json.loads(out)["mlflow_run_id"] == "r1"
     assert err.strip().splitlines()[0].startswith("world") and err.strip().splitlines()[-1].startswith("MLflow")
-    main("demo", run, ["--config", config])
+    xh("demo", "--config", config)
     assert (seen[-1].train_reranker, seen[-1].train_path_scorer) == (False, True)  # configs/demo.yaml's
 
 
