@@ -270,7 +270,7 @@ class VersionLock:
         with self._mutex:
             if self.lost:
                 raise PartitionLocked(self.lost)
-            record = self.record | changes | {"heartbeat_at": time.time()}
+            record = self.record | {"heartbeat_at": time.time()} | changes
             if not _cas_write(self.file, json.dumps(record).encode(), self.token):
                 data, _ = _cas_read(self.file)
                 other = json.loads(data) if data else {}
@@ -290,10 +290,14 @@ class VersionLock:
         threading.Thread(target=beat, name="xh-lock-heartbeat", daemon=True).start()
 
     def release(self) -> None:
-        """Delete the lock (only while it is still this run's)."""
+        """Delete the lock (only while it is still this run's). A run that failed inside a publish leaves
+        it with its plan, marked dead at once, for `repair`."""
         self._stop.set()
+        if not self.lost and self.record.get("publishing"):
+            with contextlib.suppress(PartitionLocked):
+                self.update(heartbeat_at=0, failed=True)
         with self._mutex:
-            if not self.lost:
+            if not self.lost and not self.record.get("failed"):
                 _cas_write(self.file, None, self.token)
             self.lost = self.lost or "released"
 

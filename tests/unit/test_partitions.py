@@ -362,3 +362,46 @@ def test_the_lock_and_the_manifest_on_s3(s3_endpoint):
     assert len(winners) == 1 and winners[0].previous["run_id"] == "dead"
     winners[0].release()
     assert _readers_see_old_or_new(store.at(f"{root.uri}/readers"), root) > 0
+
+
+def test_a_run_that_fails_inside_its_publish_leaves_its_plan_for_the_next_run_at_once(tmp_path, monkeypatch):
+    import xh.partitions as partitions
+
+    root = Store().at(str(tmp_path))
+    output = root.join("predictions")
+    _run(root, output, "2026-11-23", "t1", ["a", "b"], "first")
+
+    def broken(*args):
+        raise OSError("the store went away")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(partitions, "_finish", broken)
+        with pytest.raises(OSError, match="went away"):
+            _run(root, output, "2026-11-23", "t2", ["b"], "second")
+    assert json.loads(lock_file(output, "m", 1).read_bytes())["publishing"]["token"] == "t2"
+    lock = VersionLock.acquire(output, "m", 1, "next")  # this process lives on: the lock says it failed
+    try:
+        assert repair(output, lock) == [
+            f"the interrupted publish of run run-t2 into {partition_of(output, '2026-11-23', 'm', 1).uri} was finished"
+        ]
+    finally:
+        lock.release()
+    assert _rows(partition_of(output, "2026-11-23", "m", 1)) == {"a": "first", "b": "second"}
+
+
+def test_an_output_inside_another_table_is_refused_in_one_line_before_anything_starts(tmp_path):
+    from workflows.cli import USER_ERRORS
+    from xh.config import load_config
+    from xh.stages.score import prepare
+    from xh.tables import WIKI_TABLES, staged
+
+    tables = Store().at(str(tmp_path / "tables"))
+    with staged(tables, kind=WIKI_TABLES) as stage:
+        stage.location.join("docs", "part-0.parquet").write_bytes(b"x")
+    (tmp_path / "in.jsonl").write_text('{"qid": "1", "question": "Who?"}\n')
+    for output in (tables.uri, f"{tables.uri}/predictions"):
+        cfg = load_config(None, [f"score.input={tmp_path / 'in.jsonl'}", f"score.output={output}"])
+        with pytest.raises(USER_ERRORS) as refused:
+            prepare(cfg, Store())
+        assert "\n" not in str(refused.value) and "wiki tables" in str(refused.value), refused.value
+    assert sorted(p.name for p in Path(tables.uri).iterdir()) == ["_complete.json", "docs"]
