@@ -541,4 +541,5 @@ def scored_inputs(output: Location, model: str, version) -> dict[tuple[str, str]
 def scored_versions(output: Location, model: str) -> list[str]:
     """The versions of `model` that have scored into `output` (one listing of the index folder)."""
     prefix = f"{model}-v"
-    return [n[len(prefix) : -len(".json")] for n in _files(output.join(SCORED)) if n.startswith(prefix)]
+    found = [n[len(prefix) : -len(".json")] for n in _files(output.join(SCORED)) if n.startswith(prefix)]
+    return [v for v in found if v.isdigit()]  # not another model whose name starts with this one's

@@ -1,13 +1,17 @@
 """Batch scoring: new questions -> retrieval -> evidence graphs -> the champion model -> predictions.
 
     store = Store.from_config(cfg)
-    job = prepare(cfg, store)    # inputs, model version, its pipeline: every one-line error before Ray starts
-    summary = run(job)           # the three stages on the Ray cluster (joined by the caller), then the publish
+    job = prepare(cfg, store)    # every one-line error before Ray starts; the model version's lock taken
+    summary = run(job)           # parse -> graphs -> inference (Ray, joined by the caller) -> publish -> log
 
-Three Ray Data stages, each written under a staging folder before the next starts (`xh.tables.Stages`), so
-a failed run re-run for the same date, model, input files and settings resumes after the last
-finished stage (staging carries a fingerprint of them, `xh.tables.fingerprint`: the files' content,
-by SHA-256 or S3 ETag; other staging is discarded):
+`prepare` checks the inputs, the output (not inside another table), the model version and its pipeline,
+then takes the version's lock (`xh.partitions.VersionLock`: a second run waits `score.lock_wait_s`, then
+is refused in one line), repairs every publish a dead run left under the output (any date, any version)
+and chooses the files to score. `run` runs three Ray Data stages, each written under the run's staging
+folder before the next starts (`xh.tables.Stages`, owned by the run's id), so a failed run re-run for the
+same date, model, input files and settings resumes after the last finished stage (staging carries a
+fingerprint of them, `xh.tables.fingerprint`: the files' content, by SHA-256 or S3 ETag; other staging
+is discarded):
 
     parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
                bad records (and records over `score.max_record_bytes` or questions over
@@ -20,19 +24,23 @@ by SHA-256 or S3 ETag; other staging is discarded):
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
                when there are GPUs)
 
+then publishes the predictions and the record of the files it scored into
+`<output>/run_date=D/model=NAME/version=V/` in one call (`xh.partitions.publish`: a committed manifest
+that readers follow), and logs the run to MLflow. The partition holds every input scored for that date
+and model: a run adds its rows, replacing those of the qids it scored again; `score.replace=true` makes
+the run's predictions the whole partition.
+
 `score.model` (e.g. `models:/xh-hotpot@champion`) is resolved to one version when the run starts, so
 every row of a run comes from the same model, and the graphs are built with that version's pipeline
 (`version_pipeline`: its retrieval and graph settings, models and index; the config gives resources and
 locations; a differing setting is refused unless `score.allow_drift`, and then recorded in each row).
-Predictions land in `<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that
-date and model: a run adds its rows, replacing those of the qids it scored again (`xh.partitions`);
-`score.replace=true` makes the run's predictions the whole partition. With `score.incremental=true` (the
-scheduled runs) a run scores only the input files this model version has not scored with the same
-content (URI and SHA-256 or S3 ETag, recorded in each partition with its rows;
-`xh.partitions.scored_inputs`), whatever their run date; `{run_date}` in `score.input` becomes the run
-date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-<digest of the input file
-names>/`, one folder per set of inputs. The driver never holds the data: it only lists files and moves
-finished ones.
+With `score.incremental=true` (the scheduled runs) a run scores only the input files this model version
+has not scored with the same content (URI and SHA-256 or S3 ETag; `xh.partitions.scored_inputs`, one
+index per version), whatever their run date, and, after a promotion, only those delivered since the
+version became champion (the backlog rule, `_watermark`: `score.since`, `score.rescore`); `{run_date}`
+in `score.input` becomes the run date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-
+<digest of the input file names>/`, one folder per set of inputs. The driver never holds the data: it
+only lists files and moves finished ones.
 """
 
 from __future__ import annotations
