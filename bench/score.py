@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/score.py                       # 5,000-doc world, 5,000 questions, MiniLM, 2 CPUs
     .venv/bin/python bench/score.py --questions 400 --num-cpus 2 --workers 1
+    .venv/bin/python bench/score.py --scored-index 1 10 100   # reading the scored-inputs record, no Ray
 
 Sets up a generated world (tables + BM25 index) and registers an XH model with the MiniLM backbone
 (untrained: throughput does not depend on the weights) in a local SQLite MLflow, then measures in
@@ -238,5 +239,75 @@ def main() -> None:
     )
 
 
+def scored_index(dates: list[int], files_per_date: int = 3, repeat: int = 20) -> dict:
+    """The cost of reading the scored-inputs record as past dates accumulate (local files, no Ray): the
+    project's one index per model version (`xh.partitions.scored_inputs`) against the landed scan of
+    every run_date partition's `_inputs-*.json` (the baseline, re-implemented here), at each count of
+    `dates`; milliseconds per read (best of `repeat`)."""
+    import posixpath
+
+    from xh.partitions import INPUTS, VersionLock, partition_of, publish, scored_inputs, write_inputs_record
+    from xh.store import Store
+
+    def scan(output) -> int:  # what every run read before: each date's partition, each record in it
+        fs, path = output.fs_path()
+        found = 0
+        for date in sorted(os.listdir(path)):
+            if not date.startswith("run_date="):
+                continue
+            partition = partition_of(output, date[len("run_date=") :], "m", 1)
+            for name in sorted(os.listdir(partition.uri)) if os.path.isdir(partition.uri) else []:
+                if name.startswith(INPUTS):
+                    found += len(json.loads(partition.join(name).read_bytes())["files"])
+        return found
+
+    def best(read) -> float:
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            read()
+            times.append(time.perf_counter() - start)
+        return round(min(times) * 1000, 3)
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        output, published = Store().at(posixpath.join(tmp, "predictions")), 0
+        for n in range(1, max(dates) + 1):
+            lock = VersionLock.acquire(output, "m", 1, f"run-{n}")
+            date = f"2026-{1 + (n - 1) // 28 % 12:02d}-{1 + (n - 1) % 28:02d}" if n <= 336 else f"2027-01-{n}"
+            record = Store().at(posixpath.join(tmp, f"inputs-{n}.json"))
+            files = {f"in/{n}-{i}.jsonl": f"sha256:{n}{i}" for i in range(files_per_date)}
+            write_inputs_record(record, files)
+            plan = {"add": [[record.uri, f"{INPUTS}run-{n}.json"]], "remove": [], "token": f"run-{n}"}
+            publish(plan, partition_of(output, date, "m", 1), lock, inputs=files)
+            lock.release()
+            published += files_per_date
+            if n in dates:
+                assert len(scored_inputs(output, "m", 1)) == scan(output) == published
+                rows[n] = {
+                    "index_ms": best(lambda: scored_inputs(output, "m", 1)),
+                    "scan_ms": best(lambda: scan(output)),
+                    # listings and file reads: the index is one file (its size grows with the files scored,
+                    # not the dates); the scan lists the root, then lists and reads each date's partition
+                    "reads": {"index": 1, "scan": 1 + 2 * n},
+                    "entries": published,
+                }
+    first, last = rows[min(dates)], rows[max(dates)]
+    return {
+        "benchmark": "scored-inputs record",
+        "past_dates": rows,
+        # how reading the record grows from the fewest to the most past dates (1.0: flat)
+        "growth_index": round(last["index_ms"] / first["index_ms"], 2),
+        "growth_scan": round(last["scan_ms"] / first["scan_ms"], 2),
+        "ratio_at_most_dates": round(last["scan_ms"] / last["index_ms"], 2),  # scan / index
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+    }
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:2] == ["--scored-index"]:  # python bench/score.py --scored-index [DATES ...]
+        print(json.dumps(scored_index([int(d) for d in sys.argv[2:]] or [1, 10, 100])))
+    else:
+        main()

@@ -19,6 +19,10 @@ from xh.store import Store
 def run(cfg: XHConfig) -> dict:
     store = Store.from_config(cfg)
     job = score.prepare(cfg, store)  # a bad input, model URI or path scorer: one line, exit 2, no cluster
-    if job.digests:
-        init_ray(cfg)
+    try:
+        if job.digests:
+            init_ray(cfg)
+    except BaseException:
+        job.release()  # the model version's lock, taken by `prepare`
+        raise
     return score.run(job)

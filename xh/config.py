@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Sequence
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -286,6 +286,22 @@ class ScoreConfig(Section):
         description="skip input files this model version has scored already (same URI and content: SHA-256 or "
         "S3 ETag), in any run_date partition; with `replace`, every file is scored",
     )
+    since: datetime | None = Field(
+        None,
+        description="incremental runs score only files delivered (modified) at or after this time (UTC); default: "
+        "when the model version became champion, once another version of the model has scored into the output "
+        "(docs/scoring.md, the backlog rule)",
+    )
+    rescore: bool = Field(
+        False, description="incremental runs: also score the files delivered before `since` (the backlog)"
+    )
+    lock_wait_s: float = Field(
+        0.0, ge=0, description="how long a run waits for another run holding the model version's lock"
+    )
+    lock_ttl_s: float = Field(
+        300.0, gt=0, description="a lock whose heartbeat is older than this is a dead run's, taken over"
+    )
+    take_lock: str | None = Field(None, description="take over the lock of this run id now (a run known dead)")
     allow_drift: bool = Field(
         False,
         description="score with retrieval or graph settings (or models, index) that differ from the model "

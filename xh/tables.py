@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import shutil
@@ -68,6 +69,8 @@ from xh.storage import is_s3, list_paths, resolve
 
 if TYPE_CHECKING:  # Locations are what this protocol works on; xh.store builds on this module
     from xh.store import Location
+
+_log = logging.getLogger("xh.stages").info
 
 MARKER = "_complete.json"
 OWNER = "_staging.json"  # the first file of a staging folder: which kind and target it is being built for
@@ -123,11 +126,18 @@ def content_digest(file: Location) -> str:
 
 
 def _etag(file: Location) -> str:
+    bucket, _, key = file.uri[len("s3://") :].partition("/")
+    return s3_client(file).head_object(Bucket=bucket, Key=key)["ETag"]
+
+
+def s3_client(file: Location):
+    """A boto3 S3 client with `file`'s store settings (for what pyarrow's filesystem cannot: ETags,
+    conditional writes)."""
     import boto3
 
     settings = file.s3
     settings.require_endpoint(file.uri)
-    client = boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=settings.endpoint_url,
         region_name=settings.region,
@@ -135,8 +145,6 @@ def _etag(file: Location) -> str:
         aws_secret_access_key=settings.secret_access_key,
         aws_session_token=settings.session_token,
     )
-    bucket, _, key = file.uri[len("s3://") :].partition("/")
-    return client.head_object(Bucket=bucket, Key=key)["ETag"]
 
 
 def _read_json(file: Location) -> dict | None:
@@ -190,19 +198,34 @@ def _parents(uri: str) -> list[str]:
     return found
 
 
+def _inside_table(folder: Location, what: str = "output") -> None:
+    for parent in _parents(folder.uri):
+        marker = read_marker(_at(folder, parent))
+        if marker is not None:
+            raise ForeignFolderError(
+                f"{what} {folder.uri} lies inside {_written_by(marker)} at {parent}: refusing to write into it; "
+                "choose a folder outside it"
+            )
+
+
+def check_outside_tables(folder: Location, what: str = "output") -> None:
+    """Raise `ForeignFolderError` (one line) when `folder` is a table or lies inside one: a root that holds
+    folders of its own (batch scoring's predictions) would be deleted with the table, or read as its rows."""
+    _inside_table(folder, what)
+    marker = read_marker(folder)
+    if marker is not None:
+        raise ForeignFolderError(
+            f"{what} {folder.uri} holds {_written_by(marker)}: refusing to write into it; choose a folder outside it"
+        )
+
+
 def check_replaceable(folder: Location, kind: str | None = None) -> None:
     """Raise `ForeignFolderError` unless `folder` is missing, empty, or a table of `kind` the project marked,
     and lies inside no other table."""
     uri = folder.uri
     fs, path = folder.fs_path()
     info = fs.get_file_info(path)
-    for parent in _parents(uri):
-        marker = read_marker(_at(folder, parent))
-        if marker is not None:
-            raise ForeignFolderError(
-                f"output {uri} lies inside {_written_by(marker)} at {parent}: refusing to write into it; "
-                "choose a folder outside it"
-            )
+    _inside_table(folder)
     if info.type == pafs.FileType.NotFound:
         return
     if info.type == pafs.FileType.File:
@@ -444,11 +467,14 @@ class Stages:
     """The stages of one run under `staging`: each runs unless a finished copy is there already.
 
     With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings is cleared
-    first, and the fingerprint is written there (`_staging.json`, its first file); a non-empty folder
-    without one of a batch job's is refused (`ForeignFolderError`), never cleared."""
+    first, and the fingerprint is written there (`_staging.json`, its first file, with `run_id`: the run
+    it belongs to, which the caller makes the only writer, e.g. under `xh.partitions.VersionLock`); a
+    non-empty folder without one of a batch job's is refused (`ForeignFolderError`), never cleared. Each
+    stage logs its start and its end (rows, seconds), for the job's log."""
 
-    def __init__(self, staging: Location, fingerprint: str | None = None) -> None:
+    def __init__(self, staging: Location, fingerprint: str | None = None, run_id: str | None = None) -> None:
         self.staging = staging
+        self.run_id = run_id
         self.resumed: list[str] = []
         self.seconds: dict[str, float] = {}
         self.discarded = False  # whether staging of another fingerprint was cleared
@@ -460,6 +486,7 @@ class Stages:
         if self.staging.exists():
             owner = _read_json(owner_file)
             if owner is not None and owner.get("kind") == BATCH_STAGING and owner.get("fingerprint") == digest:
+                owner_file.write_bytes(json.dumps(owner | {"run_id": self.run_id}).encode())  # resumed: now this run's
                 return
             fs, path = self.staging.fs_path()
             if (owner is None or owner.get("kind") != BATCH_STAGING) and list_paths(fs, path):
@@ -469,8 +496,17 @@ class Stages:
                     "them; move them away"
                 )
             self.discarded = True
-        empty_folder(self.staging)
-        owner_file.write_bytes(json.dumps({"kind": BATCH_STAGING, "fingerprint": digest}).encode())
+            # everything but the owner file, which is then replaced: a run killed in between leaves staging
+            # that a later run still recognizes (and clears), never a folder that blocks every later run
+            for sub in fs.get_file_info(pafs.FileSelector(path)):
+                if sub.type == pafs.FileType.Directory:
+                    fs.delete_dir(sub.path)
+                elif posixpath.basename(sub.path) != OWNER:
+                    fs.delete_file(sub.path)
+        else:
+            empty_folder(self.staging)
+        owner = {"kind": BATCH_STAGING, "fingerprint": digest, "run_id": self.run_id}
+        owner_file.write_bytes(json.dumps(owner).encode())
 
     def run(
         self, name: str, dataset: Callable[[], object], resume: bool = True, schema: pa.Schema | None = None
@@ -483,8 +519,11 @@ class Stages:
         start = time.perf_counter()
         if resume and (read_marker(folder) or {}).get("kind") == BATCH_STAGE:
             self.resumed.append(name)
+            _log(f"stage {name}: resumed, {read_marker(folder).get('rows')} rows finished by an earlier run")
         else:
+            _log(f"stage {name}: start")
             write_stage(dataset(), folder, schema, stage=name)
+            _log(f"stage {name}: end, {read_marker(folder).get('rows')} rows, {time.perf_counter() - start:.1f} s")
         self.seconds[name] = time.perf_counter() - start
         return folder
 

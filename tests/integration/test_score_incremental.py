@@ -67,3 +67,51 @@ def test_a_second_scheduled_run_over_the_same_folder_scores_only_the_new_file(
     assert dated["scored_files"] == 1 and dated["skipped_files"] == 0
     assert dated["replaced_rows"] == second["predictions"] == dated["predictions"]
     assert dated["partition_rows"] == second["predictions"] and set(qids("2026-11-24")) <= new
+
+
+def test_after_a_promotion_the_new_champion_scores_only_files_delivered_since_unless_told_to_rescore(
+    scoring_world,  # noqa: F811
+    tiny_backbone,
+    mlflow_server,
+    s3_endpoint,
+):
+    """The backlog rule: v1 scored a.jsonl; b.jsonl arrived before v2 became champion (v1's backlog, which
+    v1 no longer scores); c.jsonl after. v2's nightly run scores c only; `score.rescore=true` the rest."""
+    import time
+
+    import mlflow
+
+    from workflows import score
+
+    name = _champion("xh-promoted", tiny_backbone, scoring_world, mlflow_server, seed=3)
+    questions = scoring_world["questions"]
+    incoming = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}"
+    output = f"s3://xh-test/predictions-{uuid.uuid4().hex[:6]}"
+
+    def run(run_date: str, *extra: str) -> dict:
+        overrides = _score_overrides(scoring_world, mlflow_server, name, incoming, output, run_date)
+        return score.run(load_config(None, [*overrides, "score.incremental=true", *extra]))
+
+    _write(f"{incoming}/a.jsonl", questions[:2], "a")
+    assert run("2026-11-23")["scored_files"] == 1  # v1: the model's first version has no watermark
+    _write(f"{incoming}/b.jsonl", questions[2:4], "b")
+    time.sleep(1.5)  # delivery times are kept to the second
+    assert _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=4) == 2
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", "2")
+    time.sleep(1.5)
+    _write(f"{incoming}/c.jsonl", questions[4:6], "c")
+
+    night = run("2026-11-24")
+    assert night["model"]["version"] == "2"
+    assert (night["scored_files"], night["backlog_files"], night["skipped_files"]) == (1, 2, 0)
+    assert {r.split("-")[0] for r in qids_of(output, name, "2026-11-24", 2, s3_endpoint)} == {"c"}
+    rescored = run("2026-11-24", "score.rescore=true")  # the explicit flag: the backlog too, c not again
+    assert (rescored["scored_files"], rescored["backlog_files"], rescored["skipped_files"]) == (2, 0, 1)
+    assert {r.split("-")[0] for r in qids_of(output, name, "2026-11-24", 2, s3_endpoint)} == {"a", "b", "c"}
+    since = run("2026-11-25", "score.since=2000-01-01")  # an explicit watermark: everything scored already
+    assert since["scored_files"] == 0 and since["skipped_files"] == 3
+
+
+def qids_of(output: str, name: str, run_date: str, version: int, s3_endpoint) -> list[str]:
+    partition = f"{output}/run_date={run_date}/model={name}/version={version}"[len("s3://") :]
+    return pads.dataset(partition, filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table()["qid"].to_pylist()

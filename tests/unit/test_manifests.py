@@ -219,9 +219,34 @@ def test_the_rayjob_the_cronjob_renders_passes_the_crd_schema(tmp_path, kuberay_
 
 
 def test_the_raycronjob_runs_the_rayjob_the_cronjob_applies():
-    """The two schedulers run one job: the RayCronJob's template is rayjob-score.yaml's spec."""
+    """The two schedulers run one job: the RayCronJob's template is rayjob-score.yaml's spec, with the
+    deletion of finished RayJobs (the CronJob deletes them itself: next test)."""
     (template,) = _yaml_docs((K8S / "rayjob-score.yaml").read_text())
-    assert _one("RayCronJob")["spec"]["jobTemplate"] == template["spec"]
+    spec = dict(_one("RayCronJob")["spec"]["jobTemplate"])
+    rules = spec.pop("deletionStrategy")["deletionRules"]
+    assert spec == template["spec"]
+    assert {(r["policy"], r["condition"]["jobStatus"]) for r in rules} == {
+        ("DeleteSelf", "SUCCEEDED"),
+        ("DeleteSelf", "FAILED"),
+    }
+
+
+def test_the_cronjob_deletes_the_rayjobs_of_earlier_nights_but_the_last_three(tmp_path):
+    import datetime as dt
+
+    steps = _one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["initContainers"]
+    assert [s["name"] for s in steps] == ["render", "clean", "apply", "wait"]
+    env = {**os.environ, "TEMPLATE": str(K8S / "rayjob-score.yaml"), "OUTPUT": str(tmp_path / "rayjob.yaml")}
+    done = subprocess.run(["sh", "-c", steps[0]["command"][-1]], env=env, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    old = [d for d in yaml.safe_load_all((tmp_path / "old-rayjobs.yaml").read_text()) if d]
+    today = dt.datetime.now(dt.UTC).date()
+    names = [f"xh-score-{today - dt.timedelta(days=n):%Y%m%d}" for n in range(3, 41)]
+    assert [(d["kind"], d["metadata"]["name"]) for d in old] == [("RayJob", n) for n in names]
+    assert steps[1]["args"][0] == "delete" and "--ignore-not-found" in steps[1]["args"]
+    assert steps[1]["args"][-1] == "/work/old-rayjobs.yaml"
+    role = next(d for d in _yaml_docs((K8S / "cronjob-score.yaml").read_text()) if d["kind"] == "Role")
+    assert "delete" in role["rules"][0]["verbs"]
 
 
 def test_both_scheduled_scoring_jobs_are_incremental_with_the_cluster_config():

@@ -1,10 +1,9 @@
 """Batch scoring's inputs and outputs without Ray (#28): the resume fingerprint reads the files' content,
 records over the size limits are quarantined, an id in two files is scored from the later one, and a
-partition keeps every input it has scored (`xh.partitions`)."""
+partitions: tests/unit/test_partitions.py."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 
@@ -14,9 +13,8 @@ import pytest
 
 from xh import schemas
 from xh.config import ConfigError, load_config
-from xh.partitions import PLAN, plan_merge, publish, recover
 from xh.questions import InputLimits, later_files, parse_question_file
-from xh.store import Location, Store
+from xh.store import Store
 from xh.tables import fingerprint
 
 # --- the resume fingerprint ------------------------------------------------------------------------
@@ -127,89 +125,7 @@ def test_an_id_in_several_files_is_scored_from_the_file_last_in_name_order():
     assert later_files(rows) == {"a": "in/2026-11-22.jsonl", "c": "in/2026-11-23.jsonl"}
 
 
-# --- partitions ------------------------------------------------------------------------------------
-
-
-def _predictions(qids: list[str], answer: str) -> pa.Table:
-    rows = [
-        {
-            "qid": q,
-            "question": f"{q}?",
-            "answer": answer,
-            "supporting_facts": [],
-            "score": 0.5,
-            "model_name": "m",
-            "model_version": "1",
-            "run_id": "r",
-            "corpus_snapshot": "s",
-            "scored_at": dt.datetime(2026, 11, 22, tzinfo=dt.UTC),
-        }
-        for q in qids
-    ]
-    return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
-
-
-def _stage(folder, qids: list[str], answer: str) -> Location:
-    folder.mkdir(parents=True)
-    table = _predictions(qids, answer)
-    pq.write_table(table if qids else table.schema.empty_table(), folder / "part-0.parquet")
-    return Store().at(str(folder))
-
-
-def _partition(folder) -> dict[str, str]:
-    table = pq.read_table(folder)
-    assert table.num_rows == len(set(table["qid"].to_pylist()))  # one row per qid
-    return dict(zip(table["qid"].to_pylist(), table["answer"].to_pylist()))
-
-
-def test_a_run_adds_its_rows_to_the_partition_replacing_only_the_qids_it_scored_again(tmp_path):
-    partition, store = tmp_path / "partition", Store()
-    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
-
-    def run(n: int, qids: list[str], answer: str, replace: bool = False) -> dict:
-        plan = plan_merge(_stage(tmp_path / f"run{n}", qids, answer), place, kept, f"t{n}", replace)
-        publish(plan, place)
-        return plan
-
-    assert run(1, ["a", "b", "c"], "first")["rows"] == 3
-    assert run(2, ["d", "e"], "second")["replaced"] == 0  # another input: added
-    assert _partition(partition) == {"a": "first", "b": "first", "c": "first", "d": "second", "e": "second"}
-    plan = run(3, [], "none")  # nothing to score: nothing changes, no empty file added
-    assert plan["rows"] == 0 and plan["add"] == [] and len(list(partition.glob("*.parquet"))) == 2
-    assert run(4, ["b", "e"], "third")["replaced"] == 2  # re-scored qids replaced, the others kept
-    assert _partition(partition) == {"a": "first", "b": "third", "c": "first", "d": "second", "e": "third"}
-    assert not (partition / PLAN).exists()
-
-    assert run(5, ["z"], "only", replace=True)["replaced"] == 5  # the explicit flag replaces all
-    assert _partition(partition) == {"z": "only"}
-    run(6, [], "none", replace=True)
-    assert _partition(partition) == {} and len(list(partition.glob("*.parquet"))) == 1  # empty, still readable
-    run(7, [], "none")
-    assert len(list(partition.glob("*.parquet"))) == 1
-
-
-@pytest.mark.parametrize("moved", [0, 1, 2])
-def test_a_publish_killed_midway_is_undone_or_finished_by_the_next_run(tmp_path, moved):
-    partition, store = tmp_path / "partition", Store()
-    place, kept = store.at(str(partition)), store.at(str(tmp_path / "kept"))
-    publish(
-        plan_merge(_stage(tmp_path / "run1", ["a", "b"], "first"), place, kept, "t1"),
-        place,
-    )
-    publish(plan_merge(_stage(tmp_path / "run2", ["c"], "second"), place, kept, "t2"), place)
-    plan = plan_merge(_stage(tmp_path / "run3", ["b", "d"], "third"), place, kept, "t3")
-    assert len(plan["add"]) == 2 and len(plan["remove"]) == 1  # a's kept rows, and the new file
-
-    # what publish does, cut off after `moved` of its moves (2: after all of them, before the deletes)
-    (partition / PLAN).write_text(json.dumps({"add": [n for _, n in plan["add"]], "remove": plan["remove"]}))
-    for source, name in plan["add"][:moved]:
-        os.rename(source, partition / name)
-    assert recover(place) == ("finished" if moved == 2 else "undone")
-    expected = {"a": "first", "b": "third", "c": "second", "d": "third"}
-    if moved < 2:
-        expected = {"a": "first", "b": "first", "c": "second"}
-    assert _partition(partition) == expected and not (partition / PLAN).exists()
-    assert recover(place) is None
+# --- graphs of repeated ids ----------------------------------------------------------------------
 
 
 def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pyarrow as pa
 import pytest
 
 from workflows.cli import USER_ERRORS
@@ -272,14 +273,16 @@ def _finish(staging, name: str) -> None:
 
 def test_staging_of_the_same_fingerprint_is_resumed_and_staging_of_another_is_discarded(tmp_path):
     staging = tmp_path / "staging"
-    first = Stages(Store().at(str(staging)), fingerprint="aaa")
+    first = Stages(Store().at(str(staging)), fingerprint="aaa", run_id="r1")
     assert not first.discarded
-    assert json.loads((staging / OWNER).read_text()) == {"kind": BATCH_STAGING, "fingerprint": "aaa"}
+    owner = {"kind": BATCH_STAGING, "fingerprint": "aaa", "run_id": "r1"}
+    assert json.loads((staging / OWNER).read_text()) == owner  # the staging is run r1's
     _finish(staging, "parse")
     os.makedirs(staging / "graphs")  # a stage killed before its marker: written again, not resumed
     (staging / "graphs" / "part-0.parquet").write_text("half")
 
-    same = Stages(Store().at(str(staging)), fingerprint="aaa")
+    same = Stages(Store().at(str(staging)), fingerprint="aaa", run_id="r2")
+    assert json.loads((staging / OWNER).read_text())["run_id"] == "r2"  # resumed: now r2's
     assert not same.discarded and same.run("parse", lambda: None).uri == str(staging / "parse")
     assert same.resumed == ["parse"]
     with pytest.raises(AttributeError):  # `None` is no dataset: the half-written stage is run again
@@ -289,6 +292,51 @@ def test_staging_of_the_same_fingerprint_is_resumed_and_staging_of_another_is_di
     other = Stages(Store().at(str(staging)), fingerprint="bbb")
     assert other.discarded and not (staging / "parse").exists()
     assert json.loads((staging / OWNER).read_text())["fingerprint"] == "bbb"
+
+
+def test_staging_discarded_by_a_run_killed_midway_still_belongs_to_a_batch_job(tmp_path, monkeypatch, caplog):
+    """Discarding deletes the stages before the owner file: a run killed in between leaves staging that the
+    next run recognizes and clears (it once blocked every later run until deleted by hand). Each stage logs
+    its start and end with its rows."""
+    from xh.store import Location
+
+    staging = tmp_path / "staging"
+    Stages(Store().at(str(staging)), fingerprint="aaa", run_id="r1")
+    _finish(staging, "parse")
+    (staging / "inputs.json").write_text("{}")
+    deleted, fs_path = [], Location.fs_path
+
+    class Killed:  # the filesystem of a run killed at its first file deletion
+        def __init__(self, fs):
+            self.fs = fs
+
+        def __getattr__(self, name):
+            return getattr(self.fs, name)
+
+        def delete_file(self, path):
+            deleted.append(path)
+            raise KeyboardInterrupt("killed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Location, "fs_path", lambda self: (Killed(fs_path(self)[0]), fs_path(self)[1]))
+        with pytest.raises(KeyboardInterrupt):
+            Stages(Store().at(str(staging)), fingerprint="bbb", run_id="r2")
+    assert not deleted[0].endswith(OWNER) and (staging / OWNER).exists()
+    Stages(Store().at(str(staging)), fingerprint="bbb", run_id="r3")
+    assert sorted(p.name for p in staging.iterdir()) == [OWNER]
+
+    import logging
+
+    class Rows:  # what `write_stage` calls on a Ray Dataset
+        def write_parquet(self, path, **kwargs):
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"qid": ["a", "b"], "reason": [None, None]}), f"{path}/part-0.parquet")
+
+    with caplog.at_level(logging.INFO, logger="xh.stages"):
+        Stages(Store().at(str(staging)), fingerprint="bbb", run_id="r3").run("parse", Rows)
+    lines = [r.getMessage() for r in caplog.records if r.name == "xh.stages"]
+    assert lines[0] == "stage parse: start" and lines[1].startswith("stage parse: end, 2 rows, ")
 
 
 def test_a_folder_without_a_fingerprint_is_never_resumed_nor_deleted(tmp_path):

@@ -1,13 +1,17 @@
 """Batch scoring: new questions -> retrieval -> evidence graphs -> the champion model -> predictions.
 
     store = Store.from_config(cfg)
-    job = prepare(cfg, store)    # inputs, model version, its pipeline: every one-line error before Ray starts
-    summary = run(job)           # the three stages on the Ray cluster (joined by the caller), then the publish
+    job = prepare(cfg, store)    # every one-line error before Ray starts; the model version's lock taken
+    summary = run(job)           # parse -> graphs -> inference (Ray, joined by the caller) -> publish -> log
 
-Three Ray Data stages, each written under a staging folder before the next starts (`xh.tables.Stages`), so
-a failed run re-run for the same date, model, input files and settings resumes after the last
-finished stage (staging carries a fingerprint of them, `xh.tables.fingerprint`: the files' content,
-by SHA-256 or S3 ETag; other staging is discarded):
+`prepare` checks the inputs, the output (not inside another table), the model version and its pipeline,
+then takes the version's lock (`xh.partitions.VersionLock`: a second run waits `score.lock_wait_s`, then
+is refused in one line), repairs every publish a dead run left under the output (any date, any version)
+and chooses the files to score. `run` runs three Ray Data stages, each written under the run's staging
+folder before the next starts (`xh.tables.Stages`, owned by the run's id), so a failed run re-run for the
+same date, model, input files and settings resumes after the last finished stage (staging carries a
+fingerprint of them, `xh.tables.fingerprint`: the files' content, by SHA-256 or S3 ETag; other staging
+is discarded):
 
     parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
                bad records (and records over `score.max_record_bytes` or questions over
@@ -20,36 +24,53 @@ by SHA-256 or S3 ETag; other staging is discarded):
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
                when there are GPUs)
 
+then publishes the predictions and the record of the files it scored into
+`<output>/run_date=D/model=NAME/version=V/` in one call (`xh.partitions.publish`: a committed manifest
+that readers follow), and logs the run to MLflow. The partition holds every input scored for that date
+and model: a run adds its rows, replacing those of the qids it scored again; `score.replace=true` makes
+the run's predictions the whole partition.
+
 `score.model` (e.g. `models:/xh-hotpot@champion`) is resolved to one version when the run starts, so
 every row of a run comes from the same model, and the graphs are built with that version's pipeline
 (`version_pipeline`: its retrieval and graph settings, models and index; the config gives resources and
 locations; a differing setting is refused unless `score.allow_drift`, and then recorded in each row).
-Predictions land in `<output>/run_date=D/model=NAME/version=V/`, which holds every input scored for that
-date and model: a run adds its rows, replacing those of the qids it scored again (`xh.partitions`);
-`score.replace=true` makes the run's predictions the whole partition. With `score.incremental=true` (the
-scheduled runs) a run scores only the input files this model version has not scored with the same
-content (URI and SHA-256 or S3 ETag, recorded in each partition with its rows;
-`xh.partitions.scored_inputs`), whatever their run date; `{run_date}` in `score.input` becomes the run
-date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-<digest of the input file
-names>/`, one folder per set of inputs. The driver never holds the data: it only lists files and moves
-finished ones.
+With `score.incremental=true` (the scheduled runs) a run scores only the input files this model version
+has not scored with the same content (URI and SHA-256 or S3 ETag; `xh.partitions.scored_inputs`, one
+index per version), whatever their run date, and, after a promotion, only those delivered since the
+version became champion (the backlog rule, `_watermark`: `score.since`, `score.rescore`); `{run_date}`
+in `score.input` becomes the run date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-
+<digest of the input file names>/`, one folder per set of inputs. The driver never holds the data: it
+only lists files and moves finished ones.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import hashlib
 import json
 import logging
 import tempfile
-from dataclasses import dataclass
+import time
+import uuid
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
 from xh import locations, schemas
 from xh.config import XHConfig
 from xh.jsonfiles import InputFileError, read_bytes
-from xh.partitions import partition_of, plan_merge, publish, recover, scored_inputs, write_inputs_record
+from xh.partitions import (
+    VersionLock,
+    partition_of,
+    partition_rows,
+    plan_merge,
+    publish,
+    repair,
+    scored_inputs,
+    scored_versions,
+    write_inputs_record,
+)
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.pipeline_record import apply_pipeline
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
@@ -59,6 +80,7 @@ from xh.retrieval.paths import PathScorer
 from xh.store import Location, Store
 from xh.tables import (
     Stages,
+    check_outside_tables,
     content_digest,
     count_rows,
     fingerprint,
@@ -357,16 +379,49 @@ def _unreadable(parsed: Location) -> set[str]:
     return set(rows["source"].to_pylist())
 
 
-def _new_inputs(inputs: list[str], sc, places: Places, model: dict) -> tuple[dict[str, str], list[str]]:
-    """({URI: content digest} of the files to score, the files skipped): with `score.incremental` (and
-    not `score.replace`), a file this model version has scored with the same content is skipped."""
+def _new_inputs(inputs: list[str], sc, places: Places, model: dict) -> tuple[dict[str, str], list[str], list[str]]:
+    """({URI: content digest} of the files to score, the files skipped as scored, the files skipped as
+    backlog): with `score.incremental` (and not `score.replace`), a file this model version has scored
+    with the same content is skipped, and so is one delivered before the watermark (`_watermark`)."""
     store = places.output.store
-    digests = {uri: content_digest(store.at(uri)) for uri in inputs}
     if not sc.incremental or sc.replace:
-        return digests, []
+        return {uri: content_digest(store.at(uri)) for uri in inputs}, [], []
+    since = None if sc.rescore else _watermark(sc, places, model)
+    backlog = [uri for uri in inputs if since is not None and _delivered(store.at(uri)) < since]
+    digests = {uri: content_digest(store.at(uri)) for uri in inputs if uri not in backlog}
     scored = scored_inputs(places.output, model["name"], model["version"])
     skipped = [uri for uri, digest in digests.items() if (uri, digest) in scored]
-    return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped
+    return {uri: d for uri, d in digests.items() if uri not in skipped}, skipped, backlog
+
+
+def _watermark(sc, places: Places, model: dict) -> float | None:
+    """The backlog rule (docs/scoring.md): `score.since`, or else the time the version became champion once
+    another version of the model has scored into the output (what was delivered before was that version's);
+    None (no watermark) for the model's first scoring version."""
+    if sc.since is not None:
+        since = sc.since if sc.since.tzinfo else sc.since.replace(tzinfo=dt.UTC)
+        return since.timestamp()
+    if not set(scored_versions(places.output, model["name"])) - {model["version"]}:
+        return None
+    return champion_since(model["name"], model["version"])
+
+
+def champion_since(name: str, version: str) -> float:
+    """When a version became champion: its promotion decision's time, or its registration's (an alias set
+    by hand)."""
+    import mlflow
+
+    found = mlflow.MlflowClient().get_model_version(name, version)
+    decision = json.loads(found.tags.get("promotion_decision", "{}"))
+    if decision.get("promoted") and decision.get("decided_at"):
+        return dt.datetime.strptime(decision["decided_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    return found.creation_timestamp / 1000
+
+
+def _delivered(file: Location) -> float:
+    """When a file was delivered: its modification time (an S3 object's LastModified)."""
+    fs, path = file.fs_path()
+    return fs.get_file_info(path).mtime.timestamp()
 
 
 def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig, dict | None]:
@@ -393,10 +448,11 @@ def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig
     return cfg, drift
 
 
-@dataclass(frozen=True)
+@dataclass
 class ScoreJob:
     """A run prepared before Ray starts: its config (with the version's pipeline), the model version, the files
-    to score ({URI: content digest}) and where everything goes."""
+    to score ({URI: content digest}), where everything goes, and the model version's lock (held from
+    `prepare` to the end of `run`)."""
 
     cfg: XHConfig
     store: Store
@@ -407,16 +463,30 @@ class ScoreJob:
     snapshot: str
     digests: dict[str, str]
     skipped: list[str]
+    lock: VersionLock
+    backlog: list[str] = field(default_factory=list)  # delivered before the watermark (the backlog rule)
+    repaired: list[str] = field(default_factory=list)  # interrupted publishes of dead runs, finished or undone
+
+    @property
+    def run_id(self) -> str:
+        return self.lock.record["run_id"]
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
-    """Everything a run decides before Ray starts, so that a bad input, path scorer or model URI is one line
-    and exit 2 with no cluster started: the input files, the model version and its pipeline, the places."""
+    """Everything a run decides before Ray starts, so that a bad input, path scorer, model URI, output or a
+    locked model version is one line and exit 2 with no cluster started: the input files, the model version
+    and its pipeline, the places; then the version's lock is taken, every interrupted publish repaired and
+    the files to score chosen. The lock is released by `run` (or at exit)."""
     cfg = absolute_tracking(cfg)
     sc = cfg.score
     parse_model_uri(sc.model)  # a malformed URI is a one-line error before anything starts
     if not sc.input:
         raise FileNotFoundError("no input given: set score.input (questions as JSON lines or Parquet)")
+    # predictions, staging and quarantine inside another table would be deleted with it (`xh wiki`)
+    check_outside_tables(store.at(locations.predictions(cfg)), "score.output")
     run_date = (sc.run_date or dt.datetime.now(dt.UTC).date()).isoformat()
     inputs = question_files(store.at(dated_input(sc.input, run_date)))
     # a broken path scorer file: one line here, before MLflow or Ray, not a traceback from every graph actor
@@ -430,19 +500,37 @@ def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
         PathScorer.load(store.at(cfg.retrieve.path_scorer))  # the version's own copy
     places = Places.of(cfg, store, model, run_date)
     snapshot = _snapshot(cfg, places)
-    digests, skipped = _new_inputs(inputs, sc, places, model)
+    lock = VersionLock.acquire(
+        places.output,
+        model["name"],
+        model["version"],
+        uuid.uuid4().hex[:12],
+        wait_s=sc.lock_wait_s,
+        ttl_s=sc.lock_ttl_s,
+        take=sc.take_lock,
+    )
+    atexit.register(lock.release)  # a driver that stops before `run` (Ray failed to start) frees it too
+    try:
+        repaired = repair(places.output, lock, ttl_s=sc.lock_ttl_s)
+        for line in repaired:
+            log(line)
+        digests, skipped, backlog = _new_inputs(inputs, sc, places, model)
+    except BaseException:
+        lock.release()
+        raise
     log(
         f"model {model['name']} v{model['version']}, {len(digests)} input file(s)"
         + (f" ({len(skipped)} scored already, skipped)" if skipped else "")
-        + f", run date {run_date}"
+        + (f" ({len(backlog)} delivered before the watermark, skipped: score.rescore)" if backlog else "")
+        + f", run date {run_date}, run {lock.record['run_id']}"
     )
-    return ScoreJob(cfg, store, model, run_date, drift, places, snapshot, digests, skipped)
+    return ScoreJob(cfg, store, model, run_date, drift, places, snapshot, digests, skipped, lock, backlog, repaired)
 
 
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def _score(job: ScoreJob, run_id: str) -> dict:
+def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     """The stages over the job's files and the publish of their rows (and record) into the partition."""
     import ray
 
@@ -451,7 +539,7 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     files = [job.store.at(uri) for uri in inputs]
     digest = fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
-    stages = Stages(places.staging, fingerprint=digest)
+    stages = Stages(places.staging, fingerprint=digest, run_id=job.run_id)
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
@@ -466,23 +554,14 @@ def _score(job: ScoreJob, run_id: str) -> dict:
         resume=False,
         schema=schemas.PREDICTIONS,
     )
-    _recover(places.partition)
     quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
-    unreadable = _unreadable(parsed)
-    record = places.staging.join("inputs.json")
-    scored = {u: d for u, d in job.digests.items() if u not in unreadable}
-    write_inputs_record(record, scored, mlflow_run_id=run_id, model=job.model)
-    kept = places.staging.join("kept")
-    plan = ray.get(
-        ray.remote(num_cpus=0.25)(plan_merge).remote(predictions, places.partition, kept, run_id, sc.replace, record)
-    )
-    published = publish(plan, places.partition)
+    published = _publish(job, predictions, _unreadable(parsed), mlflow_run_id)
     stages.clear()
     return {
-        "predictions": plan["rows"],  # this run's
-        "replaced_rows": plan["replaced"],  # earlier rows of the qids scored again (all with score.replace)
+        "predictions": published["rows"],  # this run's
+        "replaced_rows": published["replaced"],  # earlier rows of the qids scored again (all with score.replace)
         "quarantined": quarantine,
-        "prediction_files": published,
+        "prediction_files": published["files"],
         "resumed_stages": stages.resumed,
         "staging_discarded": stages.discarded,
         "seconds": {k: round(v, 3) for k, v in stages.seconds.items()},
@@ -490,15 +569,30 @@ def _score(job: ScoreJob, run_id: str) -> dict:
     }
 
 
-def _recover(partition: Location) -> None:
-    recovered = recover(partition)  # a publish a killed run left half done
-    if recovered:
-        log(f"the interrupted publish of an earlier run into the partition was {recovered}")
+def _publish(job: ScoreJob, predictions: Location, unreadable: set[str], mlflow_run_id: str) -> dict:
+    """The run's predictions and its record of the files it scored into the partition, in one publish
+    under the version's lock (`xh.partitions.publish`)."""
+    import ray
+
+    places, sc = job.places, job.cfg.score
+    record = places.staging.join("inputs.json")
+    scored = {u: d for u, d in job.digests.items() if u not in unreadable}
+    write_inputs_record(record, scored, mlflow_run_id=mlflow_run_id, run=job.run_id, model=job.model)
+    kept = places.staging.join("kept")
+    plan = ray.get(
+        ray.remote(num_cpus=0.25)(plan_merge).remote(
+            predictions, places.partition, kept, mlflow_run_id, sc.replace, record
+        )
+    )
+    start = time.perf_counter()
+    log(f"publish: start, {plan['rows']} rows into {places.partition.uri}")
+    files = publish(plan, places.partition, job.lock, inputs=scored, run=job.run_id, mlflow_run_id=mlflow_run_id)
+    log(f"publish: end, {files} files moved in, {plan['replaced']} rows replaced, {time.perf_counter() - start:.1f} s")
+    return plan | {"files": files}
 
 
 def _nothing_new(job: ScoreJob) -> dict:
     """What a run whose every input file was scored already reports: no stage ran, nothing was published."""
-    _recover(job.places.partition)  # still: a half-done publish is not left for later
     return {
         "predictions": 0,
         "replaced_rows": 0,
@@ -511,13 +605,16 @@ def _nothing_new(job: ScoreJob) -> dict:
     }
 
 
-def _partition_rows(partition: Location) -> int:
-    return count_rows(partition) if partition.exists() else 0
-
-
 def run(job: ScoreJob) -> dict:
-    """The run `prepare` planned, as one MLflow run; Ray is joined by the caller when there are files to score."""
-    import mlflow
+    """The run `prepare` planned, as one MLflow run; Ray is joined by the caller when there are files to
+    score. The version's lock is released at the end, whatever happens."""
+    try:
+        return _run(job)
+    finally:
+        job.release()
+
+
+def _run(job: ScoreJob) -> dict:
 
     model, run_date, places = job.model, job.run_date, job.places
     with stage_run(job.cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
@@ -532,36 +629,46 @@ def run(job: ScoreJob) -> dict:
             **done,
             "scored_files": len(job.digests),
             "skipped_files": len(job.skipped),  # scored already by this model version (score.incremental)
-            "partition_rows": _partition_rows(places.partition),  # every input's scored for the date and model
+            "backlog_files": len(job.backlog),  # delivered before the watermark (score.rescore scores them)
+            "repaired_publishes": job.repaired,
+            "partition_rows": partition_rows(places.partition),  # every input's scored for the date and model
             "output": places.partition.uri,
             "corpus_snapshot": job.snapshot,
             "pipeline": "config" if job.drift is None else "version",  # config: a version without a pipeline record
             "pipeline_drift": job.drift or {},
+            "run": job.run_id,
         }
         summary["records"] = summary["predictions"] + sum(summary["quarantined"].values())
         total = sum(summary["seconds"].values())
         summary["questions_per_s"] = round(summary["predictions"] / total, 3) if total else None
-        mlflow.log_metrics(
-            {
-                "predictions": summary["predictions"],
-                "partition_rows": summary["partition_rows"],
-                "quarantined": sum(summary["quarantined"].values()),
-                "skipped_files": len(job.skipped),
-                **{f"seconds_{k}": v for k, v in summary["seconds"].items()},
-            }
-        )
-        mlflow.set_tags(
-            {
-                "model_name": model["name"],
-                "model_version": model["version"],
-                "run_date": run_date,
-                "pipeline": summary["pipeline"],
-                # the settings the user opted to change from the version's (score.allow_drift)
-                "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else "none",
-            }
-        )
-        mlflow.log_dict(summary, "score_summary.json")
+        _log_run(job, summary)
         # the inputs and the partition, as MLflow datasets
         log_scoring_lineage(job.digests, places.partition, summary["partition_rows"])
         summary["mlflow_run_id"] = mlflow_run.info.run_id
     return summary
+
+
+def _log_run(job: ScoreJob, summary: dict) -> None:
+    import mlflow
+
+    mlflow.log_metrics(
+        {
+            "predictions": summary["predictions"],
+            "partition_rows": summary["partition_rows"],
+            "quarantined": sum(summary["quarantined"].values()),
+            "skipped_files": len(job.skipped),
+            "backlog_files": len(job.backlog),
+            **{f"seconds_{k}": v for k, v in summary["seconds"].items()},
+        }
+    )
+    mlflow.set_tags(
+        {
+            "model_name": job.model["name"],
+            "model_version": job.model["version"],
+            "run_date": job.run_date,
+            "pipeline": summary["pipeline"],
+            # the settings the user opted to change from the version's (score.allow_drift)
+            "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else "none",
+        }
+    )
+    mlflow.log_dict(summary, "score_summary.json")
