@@ -353,6 +353,13 @@ class ServeConfig(Section):
     model_cpus: float = Field(0.5, gt=0, description="CPUs each model replica reserves")
     model_threads: int | None = Field(None, ge=1, description="torch threads per model replica (None: torch's)")
     use_gpu: bool | None = Field(None, description="a GPU per model replica; None: when the cluster has GPUs")
+    graph_max_replicas: int | None = Field(
+        None, ge=1, description="Serve autoscales the graph deployment up to this (from graph_replicas); None: fixed"
+    )
+    model_max_replicas: int | None = Field(
+        None, ge=1, description="Serve autoscales the model deployment up to this (from model_replicas); None: fixed"
+    )
+    target_ongoing_requests: float = Field(2.0, gt=0, description="requests per replica the autoscaler aims at")
 
 
 class TrainConfig(Section):

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from xh.config import GraphsConfig, RetrieveConfig, XHConfig
+from xh.config import ConfigError, GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph.docstore import DocStore
 from xh.graph.hotpot import HotpotGraphBuilder, Outcome, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, located
+from xh.store import Location, Store, located
 
 GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
 
@@ -112,10 +113,19 @@ class Pipeline:
 
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
-            weights, tokenizer = _load_model(model)
+            from xh.inference import load_model
+
+            weights, tokenizer = load_model(model)
         return cls(
             retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, sort_window, docs, retrieval
         )
+
+    @classmethod
+    def for_version(cls, version: VersionPipeline, *, graphs: bool = True, model: bool = False, **options) -> Pipeline:
+        """A registered version's graph half (`graphs`) and model half (`model`: the version's own weights), as
+        `version_pipeline` built it; `options`: `Pipeline.load`'s resources (batch_graphs, sort_window, doc_cache)."""
+        halves = (version.graph_args() if graphs else {}) | ({"model": version.model_uri} if model else {})
+        return cls.load(**halves, **options)
 
     def graphs(self, questions: Sequence[dict]) -> tuple[list[dict], list[dict]]:
         """QUESTIONS rows (`qid`, `question`, `type` or None) -> (GRAPHS rows, QUARANTINE rows), in order."""
@@ -178,18 +188,6 @@ def _first_of_each_id(questions: Sequence[dict]) -> tuple[list[dict], list[dict]
     return first, repeated
 
 
-def _load_model(model: str) -> tuple:
-    """(XH model, tokenizer) from a folder, or from a registered version (`models:/NAME/VERSION` or `@ALIAS`)."""
-    if model.startswith("models:/"):
-        from xh.registry import load_version, resolve_model
-
-        found = resolve_model(model)
-        return load_version(found["name"], found["version"])
-    from xh.inference import load_model
-
-    return load_model(model)
-
-
 def prediction_row(question: str, prediction: dict) -> dict:
     """A prediction as a PREDICTIONS row, less the provenance columns (model, run, corpus, time).
     FEVER: the label is the answer, its probability the score, the evidence the supporting facts."""
@@ -205,3 +203,120 @@ def prediction_row(question: str, prediction: dict) -> dict:
         "supporting_facts": [{"title": t, "sent": int(s)} for t, s in facts],
         "score": float(prediction["label_probs"][prediction["label"]] if fever else prediction["node_score"]),
     }
+
+
+# --- a registered version's pipeline ----------------------------------------------------------------
+
+
+class NoPipelineRecord(ConfigError):
+    """A version registered without a pipeline record answers prebuilt graphs only (one line)."""
+
+
+@dataclass(frozen=True)
+class VersionPipeline:
+    """A registered version's pipeline, as batch scoring, `xh serve` and the pyfunc build it (`for_version`):
+    the config with the version's recorded settings, models and index (`xh.pipeline_record.apply_pipeline`;
+    its locations absolute, so that a cluster started in another folder reads the same files), the drift
+    opted into, and the question-type classifier used (None: a question without a type is taken as a bridge
+    question, and every answer's `question_type_source` says "default"). Built by `version_pipeline`;
+    `Pipeline.for_version` loads its halves."""
+
+    cfg: XHConfig
+    model: dict
+    drift: dict
+    store: Store
+
+    @property
+    def classifier(self) -> str | None:
+        return self.cfg.score.question_classifier
+
+    @property
+    def question_types(self) -> str:
+        """What gives a question without a type its type, for summaries and health checks."""
+        if self.classifier:
+            return f"classifier {self.classifier}"
+        return "none: the version records no question-type classifier and none is set; untyped questions are bridge"
+
+    def graph_args(self) -> dict:
+        """`Pipeline.load`'s arguments for the graph half."""
+        retrieval, graph = settings_of(self.cfg)
+        index = self.cfg.retrieve.index if graph.task != "fever" else None
+        return {
+            "index": self.store.at(index) if index else None,
+            "tables": self.store.at(self.cfg.retrieve.tables),
+            "retrieval": retrieval,
+            "graph": graph,
+            "classifier": self.classifier,
+        }
+
+    @property
+    def model_uri(self) -> str:
+        return f"models:/{self.model['name']}/{self.model['version']}"
+
+
+def version_pipeline(
+    cfg: XHConfig,
+    store: Store,
+    model: dict,
+    copies: Location,
+    *,
+    allow_drift: bool = False,
+    record_folder: str | None = None,
+) -> VersionPipeline:
+    """The one constructor of a registered version's pipeline. `model`: {name, version, run_id}. The record is
+    read from `record_folder` (a version's data folder's `pipeline/`: the pyfunc) or downloaded from the
+    registry; the models it carries are uploaded to `copies` (a folder every worker reads) unless they are
+    read there. A setting the config changes is refused (`PipelineDrift`) unless `allow_drift`. A version
+    without a record is refused (`NoPipelineRecord`): it names no pipeline to answer questions with."""
+    import tempfile
+    from pathlib import Path
+
+    from xh.pipeline_record import PIPELINE_FILE, apply_pipeline
+
+    label = f"{model['name']} v{model['version']}"
+    with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
+        if record_folder is None:
+            from xh.registry import pipeline_of
+
+            found = pipeline_of(model["name"], model["version"], dst)
+        else:
+            file = Path(record_folder) / PIPELINE_FILE
+            found = (json.loads(file.read_text()), record_folder) if file.is_file() else None
+        if found is None:
+            raise NoPipelineRecord(
+                f"{label} was registered without a pipeline record: it answers prebuilt graphs only; "
+                "register it again (`xh train`) to answer questions"
+            )
+        record, local = found
+        if record_folder is None or copies.uri != record_folder:
+            copies.upload(local)
+    used, drift = apply_pipeline(cfg, record, copies, allow_drift=allow_drift)
+    return VersionPipeline(_absolute(used, store, record), model, drift, store)
+
+
+def _absolute(cfg: XHConfig, store: Store, record: dict) -> XHConfig:
+    """The version's index and tables (and classifier) as absolute locations: the tables default to those the
+    index was built from (FEVER: the docs table's folder the version names)."""
+    from pathlib import Path
+
+    from xh import locations
+    from xh.retrieval.index import read_manifest
+
+    def absolute(uri: str | None) -> str | None:
+        return uri if uri is None or "://" in uri else str(Path(uri).resolve())
+
+    index = (cfg.retrieve.index or locations.index(cfg)) if cfg.graphs.task != "fever" else None
+    tables = cfg.retrieve.tables
+    if not tables and cfg.graphs.task == "fever" and record.get("index"):
+        tables = record["index"]["uri"].rstrip("/").removesuffix("/docs")
+    if not tables and index:
+        tables = read_manifest(store.at(index)).get("docs")
+    tables = tables or locations.tables(cfg)
+    retrieve = {"index": absolute(index), "tables": absolute(tables)}
+    score = {"question_classifier": absolute(cfg.score.question_classifier)}
+    return cfg.model_copy(
+        update={
+            "retrieve": cfg.retrieve.model_copy(update=retrieve),
+            "score": cfg.score.model_copy(update=score),
+        }
+    )

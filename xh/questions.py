@@ -124,12 +124,14 @@ def question_rows(
     *,
     limits: InputLimits = NO_LIMITS,
     located: bool = False,
+    task: str | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """Question records -> (QUESTIONS rows, QUARANTINE rows); every record lands in exactly one.
 
     `positions`: each record's position in its file (default: 1, 2, ...). `limits`: see `InputLimits`.
     `located`: each row also carries its `source` and `position` (batch scoring resolves ids repeated
-    across files by them)."""
+    across files by them). `task` ("hotpot" or "fever"): the task of the version that will answer; then a
+    record with both a `question` and a `claim`, or the other task's field, is refused (`wrong_field`)."""
     rows, quarantined, seen = [], [], set()
     for position, record in zip(positions or range(1, len(records) + 1), records):
         if not isinstance(record, dict):
@@ -140,7 +142,7 @@ def question_rows(
             quarantined.append(_quarantine(source, position, too_large, _head(record)))
             continue
         qid, question = record_id(record), record.get("question", record.get("claim"))  # FEVER: claim
-        wrong = _wrong_type(record)
+        wrong = _wrong_type(record) or (wrong_field(record, task) if task else None)
         if not qid:
             quarantined.append(_quarantine(source, position, "missing id", record))
         elif isinstance(qid, bool) or not isinstance(qid, (str, int)):
@@ -174,6 +176,19 @@ def question_rows(
             }
             rows.append(row | {"source": source, "position": position} if located else row)
     return rows, quarantined
+
+
+def wrong_field(record: dict, task: str) -> str | None:
+    """Why a record is not for a version of `task`: both a question and a claim (one would be dropped
+    silently), a claim to a HotpotQA version or a question to a FEVER one; None when it is."""
+    question, claim = record.get("question") is not None, record.get("claim") is not None
+    if question and claim:
+        return "both a question and a claim: give one"
+    if task == "fever" and question:
+        return "a question to a FEVER version: it verifies claims (give `claim`)"
+    if task != "fever" and claim:
+        return "a claim to a HotpotQA version: it answers questions (give `question`)"
+    return None
 
 
 def _head(record: Any) -> str:

@@ -4,27 +4,31 @@
     serve.run(app, name=APP_NAME, route_prefix="/")   # workflows.serve; a RayService imports app_builder
 
     POST /answer     {"id": "q1", "question": "..."} (FEVER: {"id": .., "claim": ..}), or a list of them
-                     -> {"id", "question", "answer", "supporting_facts", "score", ..., "model", "version"}
-                        (a list for a list; FEVER adds "label" and "evidence" [[page id, line]])
-    GET  /healthz    the version being served, the alias followed, the last lookup and reload error
+                     -> {"id", "question", "answer", "supporting_facts", "score", ..., "model", "version",
+                         "question_type", "question_type_source"} (a list for a list; FEVER adds "label" and
+                        "evidence" [[page id, line]]); a body that is not `Question`s: 422
+    GET  /healthz    the version being served, its task and question types, the alias followed, the last
+                     lookup and reload error
     POST /-/reload   look the alias up now and load the version it names (`xh serve reload`)
+    GET  /docs       the OpenAPI page (`/openapi.json`): the ingress is a FastAPI app (`@serve.ingress`)
 
 Three deployments, as batch scoring's two actor pools plus a door:
 
-    ingress    parses and checks the questions (`xh.questions.question_rows`: a bad record gets its reason
-               as the answer's `error`), pins each request to the version served when it came in, and follows
-               `serve.model`'s alias: it looks the alias up every `serve.alias_check_s` (and on reload), and
-               when it moved, has both halves load the new version before it switches (requests in flight
-               finish on the old one)
-    graphs     the graph half of the version's recorded pipeline (`xh.pipeline_record`: its retrieval and
-               graph settings, path scorer, index; the config gives locations and resources, and a setting it
-               changes is refused as in batch scoring), `xh.pipeline.Pipeline.graphs`
+    ingress    parses and checks the questions (`xh.questions.question_rows`, the limits of batch scoring: a bad
+               record gets its reason as the answer's `error`), pins each request to the version served when it
+               came in, and follows `serve.model`'s alias: it looks the alias up every `serve.alias_check_s` (and
+               on reload), and when it moved, has both halves load the new version before it switches (requests
+               in flight finish on the old one)
+    graphs     the graph half of the version's pipeline (`xh.pipeline.version_pipeline`, as batch scoring and
+               the pyfunc build it: the version's retrieval and graph settings, path scorer, index; the config
+               gives locations and resources, and a setting it changes is refused), `Pipeline.graphs`
     model      the version's XH model, `Pipeline.predict` over graphs batched across requests (`@serve.batch`,
                `serve.max_batch_size` and `serve.batch_wait_timeout_s`)
 
-Each half keeps the two versions it was last asked for, so a request pinned to the previous version
-during a switch still finds it. Every call names its version: a graph is never answered by a model of
-another version.
+Versions are Serve's multiplexed models (`@serve.multiplexed`, id `NAME/VERSION`): each replica keeps the two
+it was last asked for, so a request pinned to the previous version during a switch still finds it, and every
+call names its version: a graph is never answered by a model of another version. The graph and model
+deployments autoscale between `serve.*_replicas` and `serve.*_max_replicas` (`deployment_options`).
 """
 
 from __future__ import annotations
@@ -37,22 +41,36 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections import OrderedDict
-from typing import Any
+from typing import Any, Literal
 
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
-from xh import locations
 from xh.config import ConfigError, XHConfig, load_config
-from xh.pipeline import Pipeline, prediction_row, settings_of
-from xh.pipeline_record import apply_pipeline
+from xh.pipeline import Pipeline, VersionPipeline, prediction_row, version_pipeline
 from xh.questions import InputLimits, question_rows, record_id
-from xh.registry import parse_model_uri, pipeline_of, resolve_model
+from xh.registry import parse_model_uri, resolve_model
 from xh.store import Store
 
 APP_NAME = "xh"
 KEEP_VERSIONS = 2  # the version served and the one before it (requests in flight during a switch)
 log = logging.getLogger("xh.serve")
+
+
+class Question(BaseModel):
+    """One question (HotpotQA version) or claim (FEVER version) of `POST /answer`. A record that is no question
+    (no id, an empty or too long question, a claim to a HotpotQA version) is answered with its `error`; a body
+    that is not such records at all is refused with 422."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | int | None = Field(None, description="the question's id (FEVER: the claim's), echoed in the answer")
+    qid: str | int | None = Field(None, description="the id, as batch scoring's files name it")
+    question: str | None = Field(None, description="a HotpotQA version's question")
+    claim: str | None = Field(None, description="a FEVER version's claim")
+    type: Literal["bridge", "comparison"] | None = Field(None, description="the question type, where known")
 
 
 def alias_of(cfg: XHConfig) -> str | None:
@@ -73,96 +91,80 @@ def served_model(cfg: XHConfig) -> dict:
         raise ConfigError(str(e).replace("score.model", "serve.model", 1)) from None
 
 
-def version_config(cfg: XHConfig, store: Store, model: dict, folder: str) -> XHConfig:
-    """The config with the version's recorded pipeline (`xh.pipeline_record.apply_pipeline`, no drift allowed:
-    a prediction-affecting setting the config changes is a one-line `PipelineDrift`); its copied models land in
-    `folder`, which must outlive the graph half. A version without a record: the config's own settings."""
-    if cfg.serve.question_classifier:  # as `score.question_classifier`, which the record may name
+def served_version(cfg: XHConfig, store: Store, model: dict, folder: str) -> VersionPipeline:
+    """The version's pipeline (`xh.pipeline.version_pipeline`, the constructor batch scoring and the pyfunc
+    use; no drift allowed: a prediction-affecting setting the config changes is a one-line `PipelineDrift`);
+    its copied models land in `folder`, which must outlive the graph half. `serve.question_classifier` is
+    the classifier where the version records none (as `score.question_classifier`)."""
+    if cfg.serve.question_classifier:
         score = cfg.score.model_copy(update={"question_classifier": cfg.serve.question_classifier})
         cfg = cfg.model_copy(update={"score": score})
-    found = pipeline_of(model["name"], model["version"], folder)
-    if found is None:
-        log.warning(
-            "%s v%s has no pipeline record: served with this config's settings", model["name"], model["version"]
-        )
-        return cfg
-    record, local = found
-    return apply_pipeline(cfg, record, store.at(local), allow_drift=False)[0]
+    return version_pipeline(cfg, store, model, store.at(folder), allow_drift=False)
 
 
 def graph_half(cfg: XHConfig, store: Store, model: dict, folder: str) -> Pipeline:
-    """The graph half of `model`'s pipeline (`Pipeline.load` with the version's settings)."""
-    used = version_config(cfg, store, model, folder)
-    retrieval, graph = settings_of(used)
-    return Pipeline.load(
-        index=store.at(locations.index(used)),
-        tables=store.at(locations.tables(used, used.retrieve.tables)),
-        retrieval=retrieval,
-        graph=graph,
-        classifier=used.score.question_classifier,
-    )
+    """The graph half of `model`'s pipeline (`Pipeline.for_version`)."""
+    return Pipeline.for_version(served_version(cfg, store, model, folder))
 
 
-def answer(question: str, prediction: dict, model: dict) -> dict:
+def answer(question: str, prediction: dict, model: dict, graph: dict | None = None) -> dict:
     """One answer as `POST /answer` returns it: the PREDICTIONS row (`prediction_row`) keyed by `id`, with
-    the version that gave it; FEVER also gives the label and its evidence as [page id, line]."""
+    the version that gave it and the question type its graph was built with (`question_type_source`
+    "default": no classifier, taken as a bridge question); FEVER also gives the label and its evidence as
+    [page id, line]."""
     row = prediction_row(question, prediction)
     out = {"id": row.pop("qid"), **row, "model": model["name"], "version": model["version"]}
+    if graph is not None and graph.get("question_type_source") is not None:
+        out["question_type"], out["question_type_source"] = graph["question_type"], graph["question_type_source"]
     if "label" in prediction:
         out["label"] = prediction["label"]
         out["evidence"] = [[page, int(line)] for page, line in prediction["evidence"]]
     return out
 
 
-class _Versions:
-    """A replica's loaded halves by version, the `KEEP_VERSIONS` last asked for; each loaded once."""
+def _model_id(model: dict) -> str:
+    """A version as Serve's multiplexed model id."""
+    return f"{model['name']}/{model['version']}"
 
-    def __init__(self, load):
-        self.load, self.loaded, self.lock = load, OrderedDict(), asyncio.Lock()
 
-    async def get(self, model: dict):
-        key = (model["name"], model["version"])
-        if key in self.loaded:  # requests for a loaded version never wait for another one loading
-            self.loaded.move_to_end(key)
-            return self.loaded[key]
-        async with self.lock:
-            if key not in self.loaded:
-                self.loaded[key] = await asyncio.to_thread(self.load, model)
-                while len(self.loaded) > KEEP_VERSIONS:
-                    self.loaded.popitem(last=False)
-            self.loaded.move_to_end(key)
-            return self.loaded[key]
+def _version(model_id: str) -> dict:
+    name, version = model_id.rsplit("/", 1)
+    return {"name": name, "version": version, "run_id": ""}
 
 
 class GraphHalf:
-    """Retrieval and graph building with a version's recorded pipeline."""
+    """Retrieval and graph building with a version's recorded pipeline; versions multiplexed by Serve
+    (`@serve.multiplexed`: the `KEEP_VERSIONS` last asked for stay loaded)."""
 
     def __init__(self, cfg: XHConfig):
         from xh.tracking import configure
 
         self.store = Store.from_config(cfg)
         configure(cfg.mlflow, self.store)
-        self.cfg, self.folders = cfg, {}
-        self.versions = _Versions(self._load)
+        self.cfg = cfg
         self.busy = asyncio.Lock()  # one batch of questions at a time: retrieval holds the CPU it was given
 
-    def _load(self, model: dict) -> Pipeline:
+    @serve.multiplexed(max_num_models_per_replica=KEEP_VERSIONS)
+    async def version(self, model_id: str) -> tuple[VersionPipeline, Pipeline]:
         # the version's copied models (the path scorer) stay on disk while the replica lives
-        folder = self.folders.setdefault(model["version"], tempfile.mkdtemp(prefix=f"xh-serve-v{model['version']}-"))
-        return graph_half(self.cfg, self.store, model, folder)
+        folder = tempfile.mkdtemp(prefix=f"xh-serve-{model_id.replace('/', '-v')}-")
+        found = await asyncio.to_thread(served_version, self.cfg, self.store, _version(model_id), folder)
+        return found, await asyncio.to_thread(Pipeline.for_version, found)
 
-    async def load(self, model: dict) -> str:
-        await self.versions.get(model)
-        return model["version"]
+    async def describe(self) -> dict:
+        """The version's task and what gives an untyped question its type (loading the version)."""
+        found, _ = await self.version(serve.get_multiplexed_model_id())
+        return {"task": found.cfg.graphs.task, "question_types": found.question_types}
 
-    async def graphs(self, model: dict, questions: list[dict]) -> tuple[list[dict], list[dict]]:
-        pipeline = await self.versions.get(model)
+    async def graphs(self, questions: list[dict]) -> tuple[list[dict], list[dict]]:
+        _, pipeline = await self.version(serve.get_multiplexed_model_id())
         async with self.busy:
             return await asyncio.to_thread(pipeline.graphs, questions)
 
 
 class ModelHalf:
-    """A version's XH model; graphs from concurrent requests are predicted in batches (`@serve.batch`)."""
+    """A version's XH model; graphs from concurrent requests are predicted in batches (`@serve.batch`), each
+    batch of one version (Serve splits batches by multiplexed model id)."""
 
     def __init__(self, cfg: XHConfig):
         from xh.tracking import configure
@@ -173,48 +175,57 @@ class ModelHalf:
             torch.set_num_threads(cfg.serve.model_threads)
         configure(cfg.mlflow, Store.from_config(cfg))
         self.cfg = cfg
-        self.versions = _Versions(self._load)
         self.predict_batch.set_max_batch_size(cfg.serve.max_batch_size)
         self.predict_batch.set_batch_wait_timeout_s(cfg.serve.batch_wait_timeout_s)
 
-    def _load(self, model: dict) -> Pipeline:
-        return Pipeline.load(
-            model=f"models:/{model['name']}/{model['version']}", batch_graphs=self.cfg.serve.batch_graphs
+    @serve.multiplexed(max_num_models_per_replica=KEEP_VERSIONS)
+    async def version(self, model_id: str) -> Pipeline:
+        return await asyncio.to_thread(
+            Pipeline.load, model=f"models:/{model_id}", batch_graphs=self.cfg.serve.batch_graphs
         )
 
-    async def load(self, model: dict) -> str:
-        await self.versions.get(model)
-        return model["version"]
+    async def describe(self) -> dict:
+        await self.version(serve.get_multiplexed_model_id())
+        return {}
 
-    async def predict(self, model: dict, graph: dict) -> dict:
-        return await self.predict_batch((model, graph))
+    async def predict(self, graph: dict) -> dict:
+        return await self.predict_batch((serve.get_multiplexed_model_id(), graph))
 
     @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)  # set from the config in __init__
-    async def predict_batch(self, items: list[tuple[dict, dict]]) -> list[dict]:
+    async def predict_batch(self, items: list[tuple[str, dict]]) -> list[dict]:
         out: list[dict | None] = [None] * len(items)
         by_version: dict[str, list[int]] = {}
-        for i, (model, _) in enumerate(items):
-            by_version.setdefault(model["version"], []).append(i)
-        for positions in by_version.values():
-            pipeline = await self.versions.get(items[positions[0]][0])
+        for i, (model_id, _) in enumerate(items):
+            by_version.setdefault(model_id, []).append(i)
+        for model_id, positions in by_version.items():
+            pipeline = await self.version(model_id)
             predictions = await asyncio.to_thread(pipeline.predict, [items[i][1] for i in positions])
             for i, prediction in zip(positions, predictions):
                 out[i] = prediction
         return out
 
 
-def _json(body: Any, status: int = 200):
-    from starlette.responses import JSONResponse
-
-    return JSONResponse(body, status_code=status)
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
 
 
+def _cause(error: BaseException) -> str:
+    """An error as one line, Ray's wrapper (`RayTaskError(...)` of a replica) unwrapped to its cause."""
+    cause = getattr(error, "cause", None) or error
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+app = FastAPI(
+    title="Transformer-XH",
+    description="Multi-hop questions (or FEVER claims) in, answers with supporting facts out, from the version "
+    "`serve.model` names.",
+)
+
+
+@serve.ingress(app)
 class Ingress:
-    """The HTTP door (`/answer`, `/healthz`, `/-/reload`); follows `serve.model`'s alias."""
+    """The HTTP door (`/answer`, `/healthz`, `/-/reload`, OpenAPI at `/docs`); follows `serve.model`'s alias."""
 
     async def __init__(self, graphs, model, cfg: XHConfig):
         from xh.tracking import configure
@@ -224,6 +235,7 @@ class Ingress:
         self.alias = alias_of(cfg)
         self.limits = InputLimits(question_chars=cfg.serve.max_question_chars)
         self.current = await asyncio.to_thread(served_model, cfg)
+        self.about = await self._load(self.current)
         self.checked_at, self.reload_error, self.reloads = _now(), None, 0
         self.lock = asyncio.Lock()
         if self.alias:
@@ -234,20 +246,29 @@ class Ingress:
             await asyncio.sleep(self.cfg.serve.alias_check_s)
             await self.reload()
 
+    async def _load(self, model: dict) -> dict:
+        """Both halves load `model`; what its graph half says of it (task, question types)."""
+        about, _ = await asyncio.gather(
+            self.graph_half.options(multiplexed_model_id=_model_id(model)).describe.remote(),
+            self.model_half.options(multiplexed_model_id=_model_id(model)).describe.remote(),
+        )
+        return about
+
     async def reload(self) -> dict:
         """Look the alias up; when it names another version, load it in both halves, then serve it."""
         async with self.lock:
-            previous = self.current
+            previous, found = self.current, None
             try:
                 found = await asyncio.to_thread(served_model, self.cfg) if self.alias else previous
                 self.checked_at = _now()
                 if found["version"] != previous["version"]:
-                    await asyncio.gather(self.graph_half.load.remote(found), self.model_half.load.remote(found))
+                    self.about = await self._load(found)
                     self.current, self.reloads = found, self.reloads + 1
                     log.info("now serving %s v%s (was v%s)", found["name"], found["version"], previous["version"])
                 self.reload_error = None
             except Exception as e:  # the version served goes on; the error is shown by /healthz and the reload
-                self.reload_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                what = f"{found['name']} v{found['version']} did not load: " if found else ""
+                self.reload_error = what + _cause(e)
                 log.warning("reload failed, still serving v%s: %s", previous["version"], self.reload_error)
             return {**self.health(), "previous": previous["version"], "reloaded": self.current is not previous}
 
@@ -256,86 +277,106 @@ class Ingress:
             "status": "ok",
             "model": self.current["name"],
             "version": self.current["version"],
+            "task": self.about["task"],
+            "question_types": self.about["question_types"],
             "alias": self.alias,
             "checked_at": self.checked_at,
             "reloads": self.reloads,
             "reload_error": self.reload_error,
         }
 
-    async def answer(self, records: list) -> list[dict]:
+    async def answer(self, records: list[dict]) -> list[dict]:
         """Question records -> one answer (or `error`) each, in order, all from one version."""
-        model = self.current
-        rows, refused = question_rows(records, "request", limits=self.limits)
-        results: dict[str, dict] = {}
-        for row in refused:  # the record's position in the request (1-based)
-            record = records[row["position"] - 1]
-            qid = record_id(record) if isinstance(record, dict) else None
-            results[f"#{row['position']}"] = {"id": qid, "answer": None, "error": row["reason"]}
+        model, about = self.current, self.about
+        rows, refused = question_rows(records, "request", limits=self.limits, located=True, task=about["task"])
+        out: list[dict | None] = [None] * len(records)
+        for row in refused:  # by the record's position in the request (1-based): ids may look like anything
+            out[row["position"] - 1] = {
+                "id": record_id(records[row["position"] - 1]),
+                "answer": None,
+                "error": row["reason"],
+            }
+        at = {r["qid"]: r["position"] - 1 for r in rows}
         questions = [{"qid": r["qid"], "question": r["question"], "type": r["type"]} for r in rows]
-        graphs, no_graph = await self.graph_half.graphs.remote(model, questions) if questions else ([], [])
-        for row in no_graph:
-            qid = json.loads(row["raw"])["qid"]
-            results[qid] = {"id": qid, "answer": None, "error": row["reason"]}
-        predictions = await asyncio.gather(*(self.model_half.predict.remote(model, g) for g in graphs))
-        text = {r["qid"]: r["question"] for r in rows}
+        graphs_half = self.graph_half.options(multiplexed_model_id=_model_id(model))
+        graphs, no_graph = await graphs_half.graphs.remote(questions) if questions else ([], [])
+        from xh.graph.store import qids_of_quarantine
+
+        for row in no_graph:  # its id from the quarantine row's (possibly cut) record
+            for qid in qids_of_quarantine([row]):
+                out[at[qid]] = {
+                    "id": qid,
+                    "answer": None,
+                    "error": row["reason"],
+                    "question": rows[at[qid]]["question"],
+                }
+        model_half = self.model_half.options(multiplexed_model_id=_model_id(model))
+        predictions = await asyncio.gather(*(model_half.predict.remote(g) for g in graphs))
+        by_qid = {g["qid"]: g for g in graphs}
         for prediction in predictions:
-            results[prediction["qid"]] = answer(text[prediction["qid"]], prediction, model)
-        out = []
-        for position, record in enumerate(records, start=1):
-            found = results.get(f"#{position}")
-            if found is None:
-                qid = str(record_id(record))
-                found = results[qid] | {"question": text[qid]}
-            out.append(found)
+            i = at[prediction["qid"]]
+            out[i] = answer(
+                records[i].get("question") or records[i].get("claim"), prediction, model, by_qid[prediction["qid"]]
+            )
         return out
 
-    async def __call__(self, request) -> Any:
-        path, method = request.url.path.rstrip("/") or "/", request.method
-        if path == "/healthz" and method == "GET":
-            return _json(self.health())
-        if path == "/-/reload" and method == "POST":
-            done = await self.reload()
-            return _json(done, 200 if done["reload_error"] is None else 409)
-        if path != "/answer":
-            return _json({"error": f"no route {path}: POST /answer, GET /healthz, POST /-/reload"}, 404)
-        if method != "POST":
-            return _json({"error": "POST a question as JSON to /answer"}, 405)
-        try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError) as e:
-            return _json({"error": f"the body is not JSON: {e}"}, 400)
-        one = isinstance(body, dict)
-        if not one and not isinstance(body, list):
-            return _json({"error": "the body must be a question object or a list of them"}, 400)
-        records = [body] if one else body
+    @app.post("/answer")
+    async def post_answer(self, body: Question | list[Question]) -> Any:
+        """A question (or claim) -> its answer; a list -> the answers, in order (one `error` where a record is
+        refused or gets no graph)."""
+        one = isinstance(body, Question)
+        records = [q.model_dump(exclude_none=True) for q in ([body] if one else body)]
         if len(records) > self.cfg.serve.max_questions:
-            return _json({"error": f"{len(records)} questions, more than serve.max_questions"}, 413)
+            return JSONResponse({"error": f"{len(records)} questions, more than serve.max_questions"}, 413)
         answers = await self.answer(records)
         if one and "error" in answers[0] and answers[0].get("question") is None:
-            return _json(answers[0], 400)  # a record that is no question; one without a graph is an answer
-        return _json(answers[0] if one else answers)
+            return JSONResponse(answers[0], 400)  # a record that is no question; one without a graph is an answer
+        return answers[0] if one else answers
+
+    @app.get("/healthz")
+    def get_health(self) -> dict:
+        """The version served, the alias followed, the last lookup and reload error."""
+        return self.health()
+
+    @app.post("/-/reload")
+    async def post_reload(self) -> Any:
+        """Look the alias up now and load the version it names (`xh serve reload`); 409 when that failed."""
+        done = await self.reload()
+        return JSONResponse(done, 200 if done["reload_error"] is None else 409)
+
+
+def scaling(replicas: int, max_replicas: int | None, target: float) -> dict:
+    """A deployment's replica options: fixed, or autoscaled from `replicas` up to `max_replicas`."""
+    if max_replicas is None or max_replicas <= replicas:
+        return {"num_replicas": replicas}
+    config = {"min_replicas": replicas, "max_replicas": max_replicas, "target_ongoing_requests": target}
+    return {"autoscaling_config": config}
+
+
+def deployment_options(cfg: XHConfig, use_gpu: bool = False) -> dict[str, dict]:
+    """Each deployment's options (`serve.deployment`), by name: replicas or autoscaling, resources, queue."""
+    sv = cfg.serve
+    return {
+        "graphs": {
+            **scaling(sv.graph_replicas, sv.graph_max_replicas, sv.target_ongoing_requests),
+            "ray_actor_options": {"num_cpus": sv.graph_cpus},
+            "max_ongoing_requests": 64,  # they wait for the replica's lock, not in the proxy
+        },
+        "model": {
+            **scaling(sv.model_replicas, sv.model_max_replicas, sv.target_ongoing_requests),
+            "ray_actor_options": {"num_cpus": sv.model_cpus, "num_gpus": 1 if use_gpu else 0},
+            "max_ongoing_requests": 4 * sv.max_batch_size,  # enough waiting graphs to fill a batch
+        },
+        "ingress": {"ray_actor_options": {"num_cpus": 0}, "max_ongoing_requests": 256},
+    }
 
 
 def build_app(cfg: XHConfig, use_gpu: bool = False):
     """The application: the ingress bound to handles of the graph and model deployments."""
-    sv = cfg.serve
-    graphs = serve.deployment(
-        GraphHalf,
-        name="graphs",
-        num_replicas=sv.graph_replicas,
-        ray_actor_options={"num_cpus": sv.graph_cpus},
-        max_ongoing_requests=64,  # they wait for the replica's lock, not in the proxy
-    ).bind(cfg)
-    model = serve.deployment(
-        ModelHalf,
-        name="model",
-        num_replicas=sv.model_replicas,
-        ray_actor_options={"num_cpus": sv.model_cpus, "num_gpus": 1 if use_gpu else 0},
-        max_ongoing_requests=4 * sv.max_batch_size,  # enough waiting graphs to fill a batch
-    ).bind(cfg)
-    return serve.deployment(Ingress, name="ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256).bind(
-        graphs, model, cfg
-    )
+    options = deployment_options(cfg, use_gpu)
+    graphs = serve.deployment(GraphHalf, name="graphs", **options["graphs"]).bind(cfg)
+    model = serve.deployment(ModelHalf, name="model", **options["model"]).bind(cfg)
+    return serve.deployment(Ingress, name="ingress", **options["ingress"]).bind(graphs, model, cfg)
 
 
 def app_builder(args: dict):

@@ -206,7 +206,7 @@ def test_a_moved_index_on_s3_answers_the_same_and_another_snapshot_is_refused(
     retrieve.index(other)  # the same docs in one shard: another manifest, another snapshot
     monkeypatch.setenv("XH_INDEX", str(tmp_path / "index" / "bm25"))
     with pytest.raises(
-        PipelineDrift, match=r"^retrieve.index=.* differs from the model version's .*\(snapshot sha256:"
+        PipelineDrift, match=r"^XH_INDEX=.* differs from the model version's .*\(snapshot sha256:.*\(unset it"
     ):
         mlflow.pyfunc.load_model(f"models:/{world['name']}@champion").predict(_asked(world, 1))
 

@@ -135,9 +135,10 @@ def test_loading_a_tampered_version_runs_no_code_from_the_artifact_store(
     script = (
         "import json, sys\n"
         "import pyarrow.dataset as pads\n"
-        "from xh.registry import evaluate_version, load_version, version_loads\n"
+        "from xh.inference import load_model\n"
+        "from xh.registry import evaluate_version, version_loads\n"
         "name, graphs = sys.argv[1], sys.argv[2]\n"
-        "model, tokenizer = load_version(name, '1')\n"
+        "model, tokenizer = load_model(f'models:/{name}/1')\n"
         "metrics = evaluate_version(name, '1', pads.dataset(graphs).to_table().to_pylist(), 'hotpot')\n"
         "print(json.dumps({'loads': version_loads(name, '1'), 'metrics': sorted(metrics), "
         "'model': type(model).__module__}))\n"

@@ -58,15 +58,16 @@ def test_a_graph_setting_unlike_the_versions_is_refused_and_opting_in_records_th
     assert json.loads(tags["pipeline_drift"]) == drift and tags["pipeline"] == "version"
 
 
-def test_a_version_registered_without_a_pipeline_record_scores_with_the_configs_settings(
+def test_a_version_registered_without_a_pipeline_record_is_refused_in_one_line(
     scoring_world,  # noqa: F811
     tiny_backbone,
     mlflow_server,
     s3_endpoint,
-    caplog,
 ):
-    """Logged as versions were before they kept a pipeline: the model folder alone as the pyfunc's data."""
+    """Logged as versions were before they kept a pipeline: the model folder alone as the pyfunc's data. The
+    one rule of `xh.pipeline.version_pipeline` (scoring, serving and the pyfunc): no pipeline to answer with."""
     from xh.model import XHModel
+    from xh.pipeline import NoPipelineRecord
     from xh.registry import LOADER_MODULE, resolve_model
     from xh.stages.score import version_pipeline
     from xh.store import Store
@@ -81,8 +82,6 @@ def test_a_version_registered_without_a_pipeline_record_scores_with_the_configs_
     mlflow.register_model(info.model_uri, name)
     overrides = _score_overrides(scoring_world, mlflow_server, name, "unused", "unused")
     scoring = load_config(None, [*overrides, "score.model=models:/" + name + "/1", "graphs.edge_mode=full"])
-    caplog.set_level("INFO", logger="xh.score")
     store = Store(root=scoring.storage.root, s3=s3_endpoint)
-    used, drift = version_pipeline(scoring, resolve_model(scoring.score.model), store)
-    assert drift is None and used.graphs.edge_mode == "full"
-    assert f"warning: {name} v1 has no pipeline record" in caplog.text
+    with pytest.raises(NoPipelineRecord, match=f"^{name} v1 was registered without a pipeline record"):
+        version_pipeline(scoring, resolve_model(scoring.score.model), store)

@@ -277,6 +277,15 @@ def test_the_rayservice_serves_xh_serve_app_with_a_valid_config_on_a_cluster_lik
     assert app["import_path"] == "xh.serve:app_builder" and app["args"]["config"] == "/etc/xh/cluster.yaml"
     cfg = load_config(K8S / "xh-config" / "cluster.yaml", app["args"]["set"])
     assert cfg.serve.model.endswith("@champion") and cfg.serve.host == "0.0.0.0"
+    # Serve adds replicas of both halves under load, within what the worker groups can hold
+    from xh.serve import deployment_options
+
+    options = deployment_options(cfg, use_gpu=True)
+    groups = {g["groupName"]: g for g in service["spec"]["rayClusterConfig"]["workerGroupSpecs"]}
+    for name in ("graphs", "model"):
+        scaling = options[name]["autoscaling_config"]
+        assert scaling["max_replicas"] > scaling["min_replicas"] >= 1, (name, scaling)
+    assert options["model"]["autoscaling_config"]["max_replicas"] <= groups["gpu"]["maxReplicas"]
     ours = service["spec"]["rayClusterConfig"]
     for key in ("rayVersion", "authOptions"):
         assert ours[key] == cluster["spec"][key]

@@ -2,7 +2,7 @@
 
     log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
     version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
-    model, tokenizer = load_version(version["name"], version["version"])
+    model, tokenizer = xh.inference.load_model("models:/xh-hotpot/3")   # the one model loader (a folder too)
     model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")   # `xh.pyfunc_entry`: it answers questions
     model.predict(pd.DataFrame({"id": [...], "question": [...]}))          # rows validated as `PyfuncInput`
@@ -66,10 +66,10 @@ from xh.registry.versions import (
     alias_version,
     data_folder,
     load_registered,
-    load_version,
     parse_model_uri,
     resolve_model,
     version_files,
+    version_folder,
     version_loads,
     version_of,
 )
@@ -95,7 +95,7 @@ __all__ = [
     "graph_input",
     "input_columns",
     "load_registered",
-    "load_version",
+    "version_folder",
     "log_and_register",
     "model_flavour",
     "official_metrics",

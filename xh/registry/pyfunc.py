@@ -18,14 +18,15 @@ LOADER_MODULE = "xh.pyfunc_entry"  # MLflow imports it from the installed packag
 
 
 class PyfuncInput(BaseModel):
-    """One row of the registered pyfunc's input (`xh.pyfunc_entry`): an id (`id` or `qid`) and a question, a
-    FEVER claim or a prebuilt graph (a GRAPHS row as JSON); `type` (bridge or comparison) where known. MLflow
-    validates each row against it (the type hints of `predict`); a frame's missing cell (NaN) counts as none."""
+    """One row of the registered pyfunc's input (`xh.pyfunc_entry`): an id (`id` or `qid`: text, or a number
+    such as FEVER's, read as its text) and a question, a FEVER claim or a prebuilt graph (a GRAPHS row as
+    JSON); `type` (bridge or comparison) where known. `xh.pyfunc_entry`'s `predict` takes a list of them (its
+    type hints), so each row is validated before anything runs; a frame's missing cell (NaN) counts as none."""
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str | int | None = None
-    qid: str | int | None = None
+    id: str | None = None
+    qid: str | None = None
     question: str | None = None
     claim: str | None = None
     type: str | None = None
@@ -35,7 +36,8 @@ class PyfuncInput(BaseModel):
     @classmethod
     def _missing_cells(cls, values):
         if isinstance(values, dict):  # a frame with both question and claim columns has NaN where a row has none
-            return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+            values = {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+            return {k: _id_text(v) if k in ("id", "qid") else v for k, v in values.items()}
         return values
 
     @model_validator(mode="after")
@@ -47,25 +49,36 @@ class PyfuncInput(BaseModel):
         return self
 
 
+def _id_text(value):
+    """A numeric id (FEVER's, or a frame's integer column) as its text; anything else as it is."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value) if isinstance(value, (int, float)) or type(value).__module__ == "numpy" else value
+
+
 def pyfunc_signature() -> ModelSignature:
-    """The signature MLflow infers from the type hints of `xh.pyfunc_entry.XHVersionModel.predict` (a list of
-    `PyfuncInput` objects), with the `batch_graphs` parameter. Built here, because a `loader_module` model is
-    logged without its class; marked as from type hints, so that MLflow leaves the input to `predict`'s own
-    validation (and its scoring server takes `{"inputs": [...]}`)."""
+    """The version's signature: `PyfuncInput`'s fields as optional columns (an id may be text or a number),
+    any output, and the `batch_graphs` parameter. Columns, so that MLflow's scoring server and
+    `mlflow.pyfunc` check a frame or `{"inputs": [...]}` against them before `predict`'s own validation."""
     from mlflow.types import ColSpec, DataType, ParamSchema, ParamSpec, Schema
-    from mlflow.types.schema import AnyType, Object, Property
+    from mlflow.types.schema import AnyType
 
-    def kind(field) -> object:  # an id may be a string or a number (FEVER's): any
-        return AnyType() if field.annotation == (str | int | None) else DataType.string
-
-    properties = [Property(name, kind(f), required=False) for name, f in PyfuncInput.model_fields.items()]
-    signature = ModelSignature(
-        inputs=Schema([ColSpec(Object(properties))]),
+    ids = ("id", "qid")
+    columns = [ColSpec(AnyType() if n in ids else DataType.string, n, required=False) for n in PyfuncInput.model_fields]
+    return ModelSignature(
+        inputs=Schema(columns),
         outputs=Schema([ColSpec(AnyType())]),
         params=ParamSchema([ParamSpec("batch_graphs", DataType.long, 8)]),
     )
-    signature._is_signature_from_type_hint = True  # what MLflow records for a PythonModel with type hints
-    return signature
+
+
+def input_example() -> pd.DataFrame:
+    """The example a version is logged with: one raw question."""
+    return pd.DataFrame(
+        {"id": ["q1"], "question": ["Which magazine was started first, Arthur's Magazine or First for Women?"]}
+    )
 
 
 def input_columns(meta: dict) -> list[str]:
@@ -88,20 +101,16 @@ def input_columns(meta: dict) -> list[str]:
 def takes_graph_rows(meta: dict) -> bool:
     """Whether a version's signature takes prebuilt graph rows: the graph columns, or `PyfuncInput`'s fields."""
     names = input_columns(meta)
-    return names == INPUT_COLUMNS or names == sorted(PyfuncInput.model_fields)
+    return names == INPUT_COLUMNS or sorted(names) == sorted(PyfuncInput.model_fields)
 
 
 class XHPyfunc(mlflow.pyfunc.PythonModel):
     """Questions with their evidence graphs in, answers (or FEVER verdicts) out."""
 
     def load_context(self, context) -> None:
-        import torch
-
         from xh.inference import load_model
 
-        self.model, self.tokenizer = load_model(
-            context.artifacts["model"], "cuda" if torch.cuda.is_available() else "cpu"
-        )
+        self.model, self.tokenizer = load_model(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
         from xh.inference import predict_graphs

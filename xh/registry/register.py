@@ -4,30 +4,56 @@ the training's alias and tags."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import mlflow
 import yaml
 
 from xh.config import XHConfig
-from xh.registry.pyfunc import LOADER_MODULE, pyfunc_signature
+from xh.registry.pyfunc import LOADER_MODULE, input_example, pyfunc_signature
 from xh.store import Location, Store
 
 PIPELINE_DIR = "pipeline"  # inside the version's data folder: what `pipeline_of` reads
 
 
+# What the loader (`xh.pyfunc_entry`) and the pipeline it builds import, beside the project itself: pinned too,
+# so that a rebuilt environment holds the versions the model was trained and checked with.
+LOADER_PACKAGES = (
+    "torch",
+    "transformers",
+    "safetensors",
+    "tokenizers",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "scipy",
+    "PyStemmer",
+    "pydantic",
+    "PyYAML",
+    "mlflow",
+)
+
+
+def project_distribution() -> str:
+    """The installed distribution that holds the `xh` package (the loader module's)."""
+    from importlib.metadata import packages_distributions
+
+    return packages_distributions()["xh"][0]
+
+
 def pip_requirements() -> list[str]:
-    """The packages a served model needs, pinned to the installed *public* versions.
+    """The packages a served model needs, pinned to the installed *public* versions: the project's own
+    distribution (it holds the loader module; a version carries no code) and every package the loader imports.
 
     A local version label (`2.13.0+cpu`, `2.11.0+cu130`) names a build only one index has: `mlflow models
-    serve` or a rebuilt virtualenv could not resolve it, so the pin keeps the public part.
+    serve` or a rebuilt virtualenv could not resolve it, so the pin keeps the public part (`==2.13.0` still
+    matches a `2.13.0+cpu` wheel).
     """
     from importlib.metadata import version
 
     from packaging.version import Version
 
-    names = ["torch", "transformers", "safetensors", "tokenizers", "numpy", "pandas", "pyarrow", "mlflow"]
+    names = [project_distribution(), *LOADER_PACKAGES]
     return [f"{n}=={Version(version(n)).public}" for n in names]
 
 
@@ -69,15 +95,13 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     name = cfg.train.register_as
     # start_run(run_id) refuses a run of another experiment than the process's active one
     mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
-    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None), warnings.catch_warnings():
-        # no input example: MLflow checks a loader module's example as a frame against the signature, which
-        # describes a list of objects (the type hints of `xh.pyfunc_entry`'s predict); its advice is noise here
-        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+    with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         info = mlflow.pyfunc.log_model(
             name="model",
             loader_module=LOADER_MODULE,
             data_path=model_dir,
             signature=pyfunc_signature(),
+            input_example=input_example(),
             pip_requirements=pip_requirements(),
             metadata=model_flavour(model),
         )

@@ -73,17 +73,17 @@ def data_folder(local: Path, meta: dict, what: str) -> str:
     return str(folder)
 
 
+def version_folder(name: str, version: str) -> str:
+    """A registered version's saved-model folder, downloaded (`data_folder`): what `xh.inference.load_model`
+    loads a `models:/` URI from."""
+    local, meta = version_files(name, version)
+    return data_folder(local, meta, f"{name} version {version}")
+
+
 def load_registered(name: str, version: str) -> LoadedVersion:
     """A registered version loaded from its data alone with this package's classes (on the GPU when there is
     one): no code from the artifact store runs, whatever its MLmodel says."""
-    local, meta = version_files(name, version)
-    return LoadedVersion(data_folder(local, meta, f"{name} version {version}"))
-
-
-def load_version(name: str, version: str) -> tuple:
-    """A registered version's XH model and tokenizer (`load_registered`)."""
-    loaded = load_registered(name, version)
-    return loaded.model, loaded.tokenizer
+    return LoadedVersion(version_folder(name, version))
 
 
 def version_loads(name: str, version: str) -> str | None:

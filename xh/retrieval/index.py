@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -124,7 +125,8 @@ def write_manifest(
         "analyzer": {"fingerprint": analyzer.fingerprint(), "settings": analyzer.settings()},
         "stats": stats.summary(),
         "index_titles": index_titles,
-        "docs": docs_uri,
+        # a local tables folder by absolute path: the manifest is read from other working folders (a served version)
+        "docs": docs_uri if "://" in docs_uri else str(Path(docs_uri).resolve()),
         "shards": sorted(shards, key=lambda s: s["doc_start"]),
     }
     located(index).join(INDEX_MANIFEST).write_bytes(json.dumps(manifest, indent=1).encode())

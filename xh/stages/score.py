@@ -50,7 +50,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -72,9 +71,9 @@ from xh.partitions import (
     write_inputs_record,
 )
 from xh.pipeline import Pipeline, prediction_row, settings_of
-from xh.pipeline_record import apply_pipeline
+from xh.pipeline import version_pipeline as build_version
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
-from xh.registry import parse_model_uri, pipeline_of, resolve_model
+from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
 from xh.store import Location, Store
@@ -424,28 +423,17 @@ def _delivered(file: Location) -> float:
     return fs.get_file_info(path).mtime.timestamp()
 
 
-def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig, dict | None]:
-    """The config with the version's pipeline (`xh.pipeline_record.apply_pipeline`: its retrieval and graph settings,
-    trained models and index; a differing setting is refused unless `score.allow_drift`) and the drift opted
-    into ({} for none). A version registered without a pipeline record: the config as it is, drift None.
-    The models copied into the version go to `pipeline_copies` (`<output>/_pipeline/NAME-vV/`), where every
-    graph actor reads them."""
-    name, version = model["name"], model["version"]
-    copies = pipeline_copies(cfg, store, model)
-    with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
-        found = pipeline_of(name, version, dst)
-        if found is None:
-            log(
-                f"warning: {name} v{version} has no pipeline record (registered before versions kept one): "
-                "scored with this config's retrieval and graph settings"
-            )
-            return cfg, None
-        record, local = found
-        copies.upload(local)
-    cfg, drift = apply_pipeline(cfg, record, copies, allow_drift=cfg.score.allow_drift)
-    for setting, values in drift.items():
+def version_pipeline(cfg: XHConfig, model: dict, store: Store) -> tuple[XHConfig, dict]:
+    """The config with the version's pipeline (`xh.pipeline.version_pipeline`, the one constructor scoring,
+    serving and the pyfunc share; a differing setting is refused unless `score.allow_drift`) and the drift
+    opted into. The models copied into the version go to `pipeline_copies` (`<output>/_pipeline/NAME-vV/`),
+    where every graph actor reads them."""
+    found = build_version(cfg, store, model, pipeline_copies(cfg, store, model), allow_drift=cfg.score.allow_drift)
+    for setting, values in found.drift.items():
         log(f"warning: {setting}={values['used']!r}, not the version's {values['version']!r} (score.allow_drift)")
-    return cfg, drift
+    if found.classifier is None:
+        log(f"warning: question types: {found.question_types}")
+    return found.cfg, found.drift
 
 
 @dataclass
@@ -634,9 +622,11 @@ def _run(job: ScoreJob) -> dict:
             "partition_rows": partition_rows(places.partition),  # every input's scored for the date and model
             "output": places.partition.uri,
             "corpus_snapshot": job.snapshot,
-            "pipeline": "config" if job.drift is None else "version",  # config: a version without a pipeline record
+            "pipeline": "version",
             "pipeline_drift": job.drift or {},
             "run": job.run_id,
+            # None: untyped questions were scored as bridge questions (each graph's question_type_source "default")
+            "question_classifier": job.cfg.score.question_classifier,
         }
         summary["records"] = summary["predictions"] + sum(summary["quarantined"].values())
         total = sum(summary["seconds"].values())

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from xh import locations
 from xh.config import XHConfig
@@ -25,19 +26,40 @@ from xh.store import Store
 
 def check(cfg: XHConfig, store: Store) -> dict:
     """The version `serve.model` names now ({name, version, run_id}), checked as its replicas will load it: a
-    malformed URI before MLflow is touched, a drift of its recorded pipeline, a missing or unreadable index."""
+    malformed URI before MLflow is touched, a version without a pipeline record, a drift of its recorded
+    pipeline, a missing or unreadable index (`xh.serve.served_version`, which also makes its locations
+    absolute: replicas of a cluster started in another folder read the same files)."""
     from xh.retrieval.index import read_manifest
-    from xh.serve import alias_of, served_model, version_config
+    from xh.serve import alias_of, served_model, served_version
     from xh.tracking import configure
 
     alias_of(cfg)
     configure(cfg.mlflow, store, registry="serve.model")
     model = served_model(cfg)
     with tempfile.TemporaryDirectory(prefix="xh-serve-check-") as folder:
-        used = version_config(cfg, store, model, folder)  # a drift: one line here, not a failed replica later
+        used = served_version(cfg, store, model, folder).cfg  # a drift: one line here, not a failed replica later
     if used.graphs.task != "fever":
         read_manifest(store.at(locations.index(used)))
     return model
+
+
+def absolute_places(cfg: XHConfig) -> XHConfig:
+    """The config with its local storage root, index, tables and classifier as absolute paths: the replicas
+    build the version's pipeline in their own working folder, which on a cluster started elsewhere is not
+    this one."""
+
+    def absolute(uri: str | None) -> str | None:
+        return uri if not uri or "://" in uri else str(Path(uri).resolve())
+
+    retrieve = {k: absolute(getattr(cfg.retrieve, k)) for k in ("index", "tables")}
+    return cfg.model_copy(
+        update={
+            "storage": cfg.storage.model_copy(update={"root": absolute(cfg.storage.root)}),
+            "retrieve": cfg.retrieve.model_copy(update=retrieve),
+            "serve": cfg.serve.model_copy(update={"question_classifier": absolute(cfg.serve.question_classifier)}),
+            "score": cfg.score.model_copy(update={"question_classifier": absolute(cfg.score.question_classifier)}),
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -48,6 +70,7 @@ def deployed(cfg: XHConfig, model: dict, verbose: bool = False) -> Iterator[dict
 
     from xh.serve import APP_NAME, app_for, base_url, log, wait_healthy
 
+    cfg = absolute_places(cfg)
     logging_config = {"log_level": "DEBUG" if verbose else "WARNING", "enable_access_log": verbose}
     serve.start(http_options={"host": cfg.serve.host, "port": cfg.serve.port}, logging_config=logging_config)
     try:
