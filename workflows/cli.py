@@ -355,14 +355,25 @@ def promote(
     metric: Annotated[str | None, typer.Option("--metric", help="f1, em, joint_f1, label_accuracy, ...")] = None,
     min_delta: Annotated[float | None, typer.Option("--min-delta", help="points the challenger must win by")] = None,
     floor: Annotated[float | None, typer.Option("--floor", help="score (x100) the first model must reach")] = None,
+    challenger: Annotated[
+        str | None, typer.Option("--challenger", help="version to judge (default @challenger)")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="evaluate and report; move nothing")] = False,
     config: Config = None,
     overrides: Sets = None,
 ) -> None:
-    """Evaluate @challenger and @champion on the same set; move @champion only if the challenger wins."""
+    """Evaluate @challenger and @champion on the challenger's gate set (or --eval-set); move @champion only if
+    the challenger wins. Exit 0: promoted; 3: champion kept; 2: refused (a dry run exits as it would decide)."""
     if ctx.invoked_subcommand is not None:
         return
     given = flags("promote", model=model, eval_set=eval_set, metric=metric, min_delta=min_delta, floor=floor)
-    run_stage("promote", config, overrides, given)
+    given += flags("promote", challenger=challenger, dry_run=dry_run)
+    decision = run_stage("promote", config, overrides, given)
+    from xh.stages.promote import exit_code  # after the run: a refusal comes before any import of MLflow
+
+    code = exit_code(decision)
+    if code:
+        raise typer.Exit(code)
 
 
 @promote_app.command("rollback")
