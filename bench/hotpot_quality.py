@@ -126,10 +126,9 @@ def predict(args, model, rows: list[dict]) -> dict[str, list[dict]]:
 
 
 def scores(dev: list[dict], missed: list[str], predictions: list[dict]) -> dict:
-    from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_gold, hotpot_prediction_file
+    from xh.eval.official import official_metrics
 
-    metrics = evaluate_hotpot(hotpot_gold(dev, missed), hotpot_prediction_file(predictions))
+    metrics = official_metrics(dev, predictions, "hotpot", missed)
     return {k: round(metrics[k], 4) for k in METRICS}
 
 

@@ -107,7 +107,7 @@ def tiny_backbone(folder: Path) -> str:
 
 def hotpot_scores(rows: list[dict], predictions: list[dict]) -> dict:
     from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_gold, hotpot_prediction_file
+    from xh.eval.official import hotpot_gold, hotpot_prediction_file
 
     out = {}
     groups = {"all": list(range(len(rows)))}
@@ -126,7 +126,7 @@ def hotpot_scores(rows: list[dict], predictions: list[dict]) -> dict:
 
 def fever_scores(rows: list[dict], predictions: list[dict]) -> dict:
     from xh.eval.fever import evaluate_fever
-    from xh.inference import fever_gold, fever_prediction_file
+    from xh.eval.official import fever_gold, fever_prediction_file
 
     result = evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True)
     out = {k: round(float(result[k]), 4) for k in ("fever_score", "label_accuracy")}

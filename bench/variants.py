@@ -60,10 +60,9 @@ def load_rows(path: str, train_end: int = TRAIN_END, edge_mode: str = "hyperlink
 
 
 def scores(rows: list[dict], predictions: list[dict]) -> dict:
-    from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_gold, hotpot_prediction_file
+    from xh.eval.official import official_metrics
 
-    metrics = evaluate_hotpot(hotpot_gold(rows), hotpot_prediction_file(predictions))
+    metrics = official_metrics(rows, predictions, "hotpot")
     return {k: round(float(metrics[k]), 4) for k in ("em", "f1", "sp_em", "sp_f1", "joint_f1")}
 
 

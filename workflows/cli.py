@@ -456,17 +456,26 @@ def promote(
     floor: Annotated[
         float | None, typer.Option("--floor", metavar="SCORE", help="score (x100) the first model must reach")
     ] = None,
+    challenger: Annotated[
+        str | None, typer.Option("--challenger", metavar="VERSION", help="version to judge (default @challenger)")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="evaluate and report; move nothing")] = False,
     config: Config = None,
     overrides: sets("promote.min_delta=1.0") = None,
 ) -> None:
-    """Evaluate @challenger and @champion on the same set; move @champion only if the challenger wins."""
+    """Evaluate @challenger and @champion on the challenger's gate set (or --eval-set); move @champion only if
+    the challenger wins. Exit 0: promoted; 3: champion kept; 2: refused (a dry run exits as it would decide)."""
     if ctx.invoked_subcommand is not None:
         return
     given = flags("promote", model=model, eval_set=eval_set, metric=metric, min_delta=min_delta, floor=floor)
+    given += flags("promote", challenger=challenger, dry_run=dry_run)
     cfg = stage_config("promote", config, overrides, given)
     from workflows import promote as driver
+    from xh.stages.promote import exit_code  # after the run: a refusal comes before any import of MLflow
 
-    report(driver.run, cfg)
+    code = exit_code(report(driver.run, cfg))
+    if code:
+        raise typer.Exit(code)
 
 
 @promote_app.command("rollback")

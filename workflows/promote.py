@@ -1,12 +1,14 @@
 """Promotion and rollback in the MLflow registry (config section `promote`; the stage is `xh.stages.promote`).
 
-    xh promote --model xh-hotpot --metric f1 --min-delta 0.5        # on the dev split @challenger's training recorded
+    xh promote --model xh-hotpot --metric f1 --min-delta 0.5   # on the gate split @challenger's training recorded
     xh promote --model xh-hotpot --eval-set s3://bucket/graphs/hotpot-heldout
-    python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
-    xh promote rollback --model xh-hotpot                  # python -m workflows.promote rollback --set promote.model=...
+    xh promote --model xh-hotpot --challenger 7 --dry-run     # evaluate, log and report; move nothing
+    xh promote rollback --model xh-hotpot
 
-An eval set that is missing, shares questions with the challenger's training set or was built with other
-graph settings is refused in one line (exit 2) before Ray starts. The decision is printed as one JSON line.
+Exit codes: 0 promoted, 3 champion kept (`xh.stages.promote.EXIT_KEPT`), 2 refused: an unknown model or
+version, a challenger without a gate set, an eval set that is missing, shares questions with either model's
+training set or was built with other graph settings, each in one line before Ray starts. The decision is
+printed as one JSON line.
 """
 
 from __future__ import annotations

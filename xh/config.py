@@ -321,11 +321,13 @@ class PromoteConfig(Section):
 
     model: str = Field("xh-hotpot", description="registered model name")
     eval_set: str | None = Field(
-        None, description="held-out graphs with gold labels; default: the dev split of the challenger's training run"
+        None, description="held-out graphs with gold labels; default: the gate split of the challenger's training run"
     )
     metric: str = Field("f1", description="official metric (x100) to compare: f1, em, joint_f1, label_accuracy, ...")
     min_delta: float = Field(0.5, ge=0.0, description="points the challenger must win by")
     floor: float = Field(1.0, gt=0.0, description="score (x100) the first model must reach")
+    challenger: str | None = Field(None, description="version number to judge; default the @challenger alias")
+    dry_run: bool = Field(False, description="evaluate, log and report the decision; move no alias")
 
 
 class ServeConfig(Section):
@@ -370,6 +372,9 @@ class TrainConfig(Section):
     )
     dev_graphs: str | None = Field(None, description="dev graphs; None: hold out dev_fraction of `graphs` by qid hash")
     dev_fraction: float = Field(0.2, ge=0.0, lt=1.0, description="share of `graphs` held out as dev, by qid hash")
+    gate_fraction: float = Field(
+        0.1, ge=0.0, lt=1.0, description="held out by qid hash for promotion's gate: not trained on, picks nothing"
+    )
     storage_path: str | None = Field(None, description="checkpoints (local or s3://); default <storage.root>/train")
     run_name: str = Field("xh-hotpot", description="Ray Train run name: re-running with the same name resumes")
     workers: int = Field(1, ge=1, description="DDP workers (one per GPU on a GPU cluster)")

@@ -6,8 +6,7 @@ pyfunc and batch scoring all share.
 
 HotpotQA predictions carry `answer`, `answer_doc_id`, `supporting_facts` ([title, sentence]) and
 `node_score`; FEVER predictions `label`, `label_probs` and `evidence` ([FEVER page id, line]).
-`fever_gold(rows)` and `fever_prediction_file(predictions)` are the official FEVER scorer's two files
-(`xh.eval.fever.evaluate_fever`), as `hotpot_gold` / `hotpot_prediction_file` are HotpotQA's.
+Their official metrics are `xh.eval.official.official_metrics`.
 
 Per-type models (`xh.model.routed`): a folder written by `save_routed` holds one XH model per question
 type; `load_model` returns it as a `RoutedModel`, and `predict_graphs` sends each graph row to the model
@@ -17,7 +16,7 @@ is `xh.model.variants`'s to say.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -73,52 +72,3 @@ def predict_graphs(
         sort_window=sort_window,
     )
     return architecture(model).predict(model, tokenizer, rows, **options)
-
-
-def hotpot_gold(rows: Sequence[dict], missed: Sequence[str] = ()) -> list[dict]:
-    """Graph rows as the official evaluation script's gold records. `missed`: ids of questions that got
-    no graph (quarantined); they join the gold with no prediction, so they score 0 on every metric, as
-    the official script scores a question without a prediction (their other gold fields do not matter)."""
-    gold = [
-        {
-            "_id": r["qid"],
-            "answer": r["answer"],
-            "type": r.get("question_type"),
-            "supporting_facts": [[sf["title"], sf["sent"]] for sf in (r.get("supporting_facts") or [])],
-        }
-        for r in rows
-    ]
-    known = {g["_id"] for g in gold}
-    return gold + [
-        {"_id": qid, "answer": "", "type": "quarantined", "supporting_facts": []} for qid in missed if qid not in known
-    ]
-
-
-def hotpot_prediction_file(predictions: Sequence[dict]) -> dict:
-    """Predictions in the official script's format: {"answer": {qid: text}, "sp": {qid: [[title, sent]]}}."""
-    return {
-        "answer": {p["qid"]: p["answer"] for p in predictions},
-        "sp": {p["qid"]: [list(sf) for sf in p["supporting_facts"]] for p in predictions},
-    }
-
-
-def fever_gold(rows: Sequence[dict]) -> list[dict]:
-    """FEVER graph rows as the official scorer's gold lines: `evidence` groups of
-    [annotation_id, evidence_id, page, line] (NOT ENOUGH INFO: no groups)."""
-    return [
-        {
-            "id": r["qid"],
-            "label": r["claim_label"],
-            "evidence": [[[None, None, s["page"], s["line"]] for s in group] for group in (r.get("evidence") or [])],
-        }
-        for r in rows
-    ]
-
-
-def fever_prediction_file(predictions: Sequence[dict]) -> list[dict]:
-    """FEVER predictions in the official format, one per claim in the same order:
-    {"id", "predicted_label", "predicted_evidence": [[page_id, line], ...]} (at most 5, by importance)."""
-    return [
-        {"id": p["qid"], "predicted_label": p["label"], "predicted_evidence": [list(e) for e in p["evidence"]]}
-        for p in predictions
-    ]

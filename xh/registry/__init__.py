@@ -10,12 +10,15 @@
     decision = promote("xh-hotpot", eval_rows, metric="f1", min_delta=0.5, floor=0.0, missed=quarantined_ids)
     rollback("xh-hotpot")
 
+(`xh.stages.promote` runs a promotion: its evaluation set, an actor pool per version, its MLflow run.)
+
 One module per concern:
 
     pyfunc       the pyfunc's input rows (`PyfuncInput`), its signature, a version loaded from its data folder
     register     logging a model folder with its pipeline record as a version (`log_and_register`, `pipeline_of`)
     versions     looking a version up by alias or number, and loading it (`resolve_model`, `load_registered`)
-    evaluation   the held-out evaluation set, its graph-setting check, a version's official metrics
+    evaluation   the evaluation set (the gate split, or a named set checked against both models' training),
+                 its graph-setting check, a version's predictions and official metrics
     lock         the registry lock a promotion or rollback holds while it moves the alias
     champion     `promote` and `rollback`: moving `@champion`, with its history
 
@@ -29,15 +32,16 @@ pyfunc (`mlflow models serve`) therefore needs the project installed: the image,
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
 challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
 `floor`); the move is a compare-and-swap under the registry lock (`xh.registry.lock`), and every version it
-replaces is appended to the registered model's tag `champion_history`, whose last `rollback` restores.
+replaces is appended to the registered model's tag `champion_history`, whose last `rollback` restores (a
+trailing entry naming the current champion, left by a promotion killed inside the lock, is dropped).
 """
 
-from xh.registry.champion import HISTORY_TAG, PREVIOUS_CHAMPION_TAG, champion_history, promote, rollback
+from xh.registry.champion import DECISION_TAG, HISTORY_TAG, champion_history, promote, rollback
 from xh.registry.evaluation import (
     eval_graph_drift,
     evaluate_version,
     evaluation_set,
-    official_metrics,
+    training_split,
     version_predictions,
 )
 from xh.registry.lock import LEASE_TTL_S, LOCK_SUFFIX
@@ -75,13 +79,13 @@ from xh.registry.versions import (
 )
 
 __all__ = [
+    "DECISION_TAG",
     "HISTORY_TAG",
     "INPUT_COLUMNS",
     "LEASE_TTL_S",
     "LOADER_MODULE",
     "LOCK_SUFFIX",
     "PIPELINE_DIR",
-    "PREVIOUS_CHAMPION_TAG",
     "LoadedVersion",
     "PyfuncInput",
     "XHPyfunc",
@@ -98,7 +102,6 @@ __all__ = [
     "version_folder",
     "log_and_register",
     "model_flavour",
-    "official_metrics",
     "pip_requirements",
     "pipeline_of",
     "predictions_frame",
@@ -108,6 +111,7 @@ __all__ = [
     "resolve_model",
     "rollback",
     "takes_graph_rows",
+    "training_split",
     "version_files",
     "version_loads",
     "version_of",

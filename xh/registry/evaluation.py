@@ -1,5 +1,6 @@
-"""What promotion judges a version on and how: a held-out evaluation set (checked against the version's training
-split and its recorded graph settings), the version's predictions and the official metrics."""
+"""What promotion judges a version on and how: a held-out evaluation set (by default the challenger's gate
+split; checked against both models' training splits and the challenger's recorded graph settings), the
+version's predictions and their official metrics (`xh.eval.official`)."""
 
 from __future__ import annotations
 
@@ -9,48 +10,60 @@ from collections.abc import Sequence
 import mlflow
 
 from xh.config import ConfigError
+from xh.eval.official import official_metrics
 from xh.registry.pyfunc import INPUT_COLUMNS, LoadedVersion, graph_input, input_columns, takes_graph_rows
 from xh.registry.register import pipeline_of
 from xh.registry.versions import data_folder, version_files
 from xh.store import Location, Store
 
 
-def evaluation_set(store: Store, name: str, version: str, eval_set: Location | None = None) -> dict:
-    """What promotion evaluates `version` of `name` on, held out from its training: `eval_set` when named,
-    else the dev split its training run recorded (`xh.train.split`, read through `store`). A named set that shares questions with
-    the version's training set is refused (ConfigError, counting them); a version whose run recorded no split
-    (registered from code, or before the record) needs a named set, which is then taken as it is.
+def training_split(name: str, version: str) -> tuple[str, dict | None]:
+    """(run id, the split its training run recorded or None) of a registered version; an unknown version
+    is refused in one line (ConfigError)."""
+    from xh.train.split import recorded_split
+
+    try:
+        run_id = mlflow.MlflowClient().get_model_version(name, str(version)).run_id or ""
+    except mlflow.exceptions.MlflowException as e:
+        raise ConfigError(f"promote: no version {version} of registered model {name!r}: {e.message}") from None
+    return run_id, recorded_split(run_id)
+
+
+def evaluation_set(
+    store: Store, name: str, version: str, eval_set: Location | None = None, champion: str | None = None
+) -> dict:
+    """What promotion evaluates `version` of `name` (the challenger) and `champion` on: `eval_set` when named,
+    else the gate split the challenger's training run recorded (`xh.train.split`: questions that neither
+    trained it nor picked its checkpoint). A set sharing questions with either model's training set is
+    refused (ConfigError, counting them); a model whose run recorded no split cannot be checked, which the
+    lineage says. A challenger without a gate split needs a named set. A named set's questions that
+    picked the challenger's checkpoint (its dev split) are counted as `dev_overlap` in the lineage.
 
     Returns {"uri", "folder", "rows", "missed", "dataset"}: the set's description, its graphs folder, its graph
     rows, the ids of its questions without a graph (misses), and its lineage (`xh.tracking.dataset_ref`)."""
     from xh.graph.store import quarantined_qids, read_eval_set
     from xh.tracking import dataset_ref
-    from xh.train.split import dev_set, dev_uri, recorded_split, shared_questions
+    from xh.train.split import dev_questions, has_part, held_set, part_uri
 
-    run_id = mlflow.MlflowClient().get_model_version(name, version).run_id or ""
-    record = recorded_split(run_id)
-    what = f"{name} version {version}"
+    run_id, record = training_split(name, version)
     if eval_set is None:
-        if record is None:
+        if record is None or not has_part(record, "gate"):
+            why = f"its run {run_id or '(none)'} " + ("recorded no split" if record is None else "held out no gate split")
             raise ConfigError(
-                f"{what} has no recorded training split (its run {run_id or '(none)'} has no split.json): "
-                "name held-out graphs with promote.eval_set (--eval-set)"
+                f"{name} version {version} has no gate set ({why}): name held-out graphs with promote.eval_set "
+                "(--eval-set), or train with train.gate_fraction > 0"
             )
-        rows, missed = dev_set(record, store)
-        uri, folder = dev_uri(record), record["dev_graphs"] or record["graphs"]
-        profile = {"split": "dev", "dev_fraction": record["dev_fraction"], "question_types": record["question_types"]}
+        rows, missed = held_set(record, "gate", store)
+        uri, folder = part_uri(record, "gate"), record["graphs"]
+        profile = {"split": "gate", "gate_fraction": record["gate_fraction"], "question_types": record["question_types"]}
     else:
         rows, missed = read_eval_set(eval_set), quarantined_qids(eval_set)
-        if record is not None:
-            qids = {r["qid"] for r in rows}
-            shared = shared_questions(record, qids, store)
-            if shared:
-                raise ConfigError(
-                    f"promote.eval_set {eval_set} shares {shared} of its {len(qids)} questions with the training "
-                    f"set of {what} (run {run_id}): name held-out graphs, or leave it unset for the run's dev split"
-                )
         uri = folder = eval_set.uri
-        profile = {"split": "named", "training_split": "checked" if record is not None else "not recorded"}
+        profile = {"split": "named"}
+        if record is not None:  # not refused (dev trained nothing), but the judgement is optimistic: flagged
+            profile["dev_overlap"] = len({r["qid"] for r in rows} & dev_questions(record, store))
+    what = "the gate set" if eval_set is None else f"promote.eval_set {eval_set}"
+    profile["training_split"] = _check_overlap(store, name, what, {r["qid"] for r in rows}, version, champion, record)
     profile |= {"num_rows": len(rows), "missed": len(missed)}
     return {
         "uri": uri,
@@ -59,6 +72,30 @@ def evaluation_set(store: Store, name: str, version: str, eval_set: Location | N
         "missed": missed,
         "dataset": dataset_ref(store.at(folder), "eval-set", profile),
     }
+
+
+def _check_overlap(
+    store: Store, name: str, what: str, qids: set[str], challenger: str, champion: str | None, record: dict | None
+) -> dict:
+    """{"challenger": "checked" | "not recorded", "champion": ...}; refuses a set either model trained on."""
+    from xh.train.split import shared_questions
+
+    checked = {}
+    for role, version in (("challenger", challenger), ("champion", champion)):
+        if version is None:
+            continue
+        split = record if role == "challenger" else training_split(name, version)[1]
+        if split is None:
+            checked[role] = "not recorded"
+            continue
+        shared = shared_questions(split, qids, store)
+        if shared:
+            raise ConfigError(
+                f"{what} shares {shared} of its {len(qids)} questions with the training set of {name} version "
+                f"{version} (the {role}): name held-out graphs that neither model trained on"
+            )
+        checked[role] = "checked"
+    return checked
 
 
 def eval_graph_drift(name: str, version: str, folder: Location, allow_drift: bool = False) -> dict | None:
@@ -110,22 +147,9 @@ def version_predictions(name: str, version: str, rows: Sequence[dict]) -> list[d
     ]
 
 
-def official_metrics(rows: Sequence[dict], predictions: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
-    """HotpotQA's official metrics (FEVER: its scorer, with the slices) of predictions aligned with `rows`;
-    `missed`: ids of evaluation questions that got no graph, each scored as a miss (`xh.inference.hotpot_gold`)."""
-    from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_gold, hotpot_prediction_file
-
-    if task == "fever":  # the official scorer: fever_score, label_accuracy, evidence_*, and per slice
-        from xh.eval.fever import evaluate_fever, flat_metrics, with_misses
-        from xh.inference import fever_gold, fever_prediction_file
-
-        result = evaluate_fever(fever_gold(rows), fever_prediction_file(predictions), slices=True)
-        return with_misses(flat_metrics(result), len(rows), len(missed))
-    return evaluate_hotpot(hotpot_gold(rows, missed), hotpot_prediction_file(predictions))
-
-
 def evaluate_version(name: str, version: str, rows: Sequence[dict], task: str, missed: Sequence[str] = ()) -> dict:
     """The official metrics (HotpotQA's; FEVER's scorer with its slices) of one registered version on graph rows,
-    in this process; `missed`: ids of evaluation questions that got no graph, each scored as a miss."""
-    return official_metrics(rows, version_predictions(name, version, rows), task, missed)
+    in this process, and under `predictions` its predictions; `missed`: ids of evaluation questions that got
+    no graph, each scored as a miss."""
+    predictions = version_predictions(name, version, rows)
+    return official_metrics(rows, predictions, task, missed) | {"predictions": predictions}

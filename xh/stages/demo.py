@@ -231,7 +231,7 @@ def held_out(cfg: XHConfig, store: Store) -> tuple[list[dict], list[dict]]:
 def evaluate_held_out(cfg: XHConfig, store: Store, model_dir: str) -> dict:
     """Official metrics over every held-out question; those without a graph have no prediction (a miss)."""
     from xh.eval.hotpot import evaluate_hotpot
-    from xh.inference import hotpot_prediction_file
+    from xh.eval.official import hotpot_prediction_file
     from xh.pipeline import Pipeline
     from xh.wiki.titles import normalize_title
 
@@ -244,15 +244,10 @@ def evaluate_held_out(cfg: XHConfig, store: Store, model_dir: str) -> dict:
 
 
 def promote_challenger(cfg: XHConfig, store: Store) -> dict:
-    """@challenger against @champion on the held-out graphs; a held-out question without a graph is a miss
-    for both models."""
-    from xh.registry import promote
+    """@challenger against @champion as `xh promote` judges them: on the gate split its training recorded."""
+    from xh.stages import promote
 
-    questions, graphs = held_out(cfg, store)
-    p = cfg.promote
-    graphed = {g["qid"] for g in graphs}
-    missed = [q["_id"] for q in questions if q["_id"] not in graphed]
-    return promote(cfg.train.register_as, graphs, metric=p.metric, min_delta=p.min_delta, floor=p.floor, missed=missed)
+    return promote.run(_update(cfg, "promote", model=cfg.train.register_as), store)
 
 
 def with_answer_em(cfg: XHConfig, store: Store, scored: dict) -> dict:
@@ -325,13 +320,12 @@ def fever_graphs_config(cfg: XHConfig, split: str, claims: dict) -> XHConfig:
 
 
 def promote_fever(cfg: XHConfig, store: Store, dev_graphs: str) -> dict:
-    """`@challenger` against `@champion` by the official FEVER score on the retrieval-only dev graphs."""
-    from xh.graph.store import read_eval_set
-    from xh.registry import promote
+    """@challenger against @champion as `xh promote` judges them, by the official FEVER score on the test
+    claims' retrieval-only graphs (beside `dev_graphs`): the dev graphs picked the checkpoint, these nothing."""
+    from xh.stages import promote
 
-    p = cfg.promote
-    rows = read_eval_set(store.at(dev_graphs))
-    return promote(cfg.train.register_as, rows, metric=p.metric, min_delta=p.min_delta, floor=p.floor, task="fever")
+    test_graphs = dev_graphs.rstrip("/").removesuffix("-dev") + "-test"
+    return promote.run(_update(cfg, "promote", model=cfg.train.register_as, eval_set=test_graphs), store)
 
 
 def fever_score_config(cfg: XHConfig, claims: dict, promoted: dict) -> XHConfig:

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from xh import locations
-from xh.config import XHConfig
+from xh.config import ConfigError, XHConfig
 from xh.store import Location, Store
 from xh.train.data import dev_source, question_kinds
 
@@ -50,6 +50,8 @@ class Job:
         for folder in filter(None, (graphs.uri, cfg.train.dev_graphs)):
             require_graphs(store.at(folder))
         BatchLayout.of(cfg)
+        if cfg.train.dev_fraction + cfg.train.gate_fraction >= 1.0:
+            raise ConfigError("train.dev_fraction + train.gate_fraction must stay below 1: nothing would be trained on")
         storage = store.at(locations.train_storage(cfg))
         if not storage.is_s3:
             storage = store.at(str(Path(storage.uri).resolve()))
@@ -63,11 +65,12 @@ class Job:
         return Job(cfg, self.store, self.graphs, self.dev, self.storage)
 
     def split(self) -> dict:
-        """The split this run trains on, as recorded with its MLflow run (`xh.train.split`): promotion reads it."""
+        """The split this run trains on (train, dev, gate), as recorded with its MLflow run (`xh.train.split`):
+        promotion reads it, and gates on its gate share."""
         from xh.train.split import split_record
 
-        dev = self.dev.uri if self.dev else None
-        return split_record(self.graphs.uri, dev, self.cfg.train.dev_fraction, question_kinds(self.cfg))
+        dev, train = (self.dev.uri if self.dev else None), self.cfg.train
+        return split_record(self.graphs.uri, dev, train.dev_fraction, train.gate_fraction, question_kinds(self.cfg))
 
     @property
     def metric(self) -> str:
@@ -92,7 +95,7 @@ def fit(job: Job) -> dict:
     from xh.train.worker import checkpoint_folder
 
     cfg, train = job.cfg, job.cfg.train
-    train_ds, dev_ds = datasets(job.graphs, job.dev, train.dev_fraction, question_kinds(cfg))
+    train_ds, dev_ds = datasets(job.graphs, job.dev, train.dev_fraction, question_kinds(cfg), train.gate_fraction)
     num_train, num_dev = train_ds.count(), dev_ds.count()
     plan = step_plan(cfg, train_ds, num_train)
     split = job.split()

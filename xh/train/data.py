@@ -1,7 +1,7 @@
 """What a training run reads: its graphs, its dev set, the split between them and how the run records them.
 
 dev = dev_source(cfg, graphs)                      # a Location, or None: a split cut from `graphs`
-train_ds, dev_ds = datasets(graphs, dev, cfg.train.dev_fraction, question_kinds(cfg))
+train_ds, dev_ds = datasets(graphs, dev, cfg.train.dev_fraction, question_kinds(cfg), cfg.train.gate_fraction)
 record = split_record(str(graphs), dev and str(dev), ...)                       # xh.train.split
 settings = graph_settings(graphs)                  # the graphs table's own settings, logged with the run
 inputs = lineage(record, num_train, num_dev, store)  # the run's MLflow dataset inputs
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from xh.config import XHConfig
 from xh.store import Location, Store
-from xh.train.split import in_dev_split
+from xh.train.split import split_of
 
 
 def question_kinds(cfg: XHConfig) -> tuple[str, ...] | None:
@@ -41,13 +41,17 @@ def dev_source(cfg: XHConfig, graphs: Location) -> Location | None:
     return dev
 
 
-def datasets(graphs: Location, dev: Location | None, dev_fraction: float, kinds: Sequence[str] | None):
+def datasets(
+    graphs: Location, dev: Location | None, dev_fraction: float, kinds: Sequence[str] | None, gate_fraction: float = 0.0
+):
     """(train, dev) Ray datasets, materialized: their sizes fix the step plan, and nothing is left for
-    read tasks to compete with the training workers for CPUs."""
+    read tasks to compete with the training workers for CPUs. The gate share (`xh.train.split`) is in neither."""
     import pyarrow as pa
 
-    def split(batch, held_out: bool):
-        mask = [in_dev_split(q, dev_fraction) == held_out for q in batch.column("qid").to_pylist()]
+    shares = (0.0 if dev is not None else dev_fraction, gate_fraction)
+
+    def split(batch, part: str):
+        mask = [split_of(q, *shares) == part for q in batch.column("qid").to_pylist()]
         return batch.filter(pa.array(mask, type=pa.bool_()))
 
     def of_kind(batch):
@@ -61,10 +65,10 @@ def datasets(graphs: Location, dev: Location | None, dev_fraction: float, kinds:
         return rows.map_batches(of_kind, **common) if kinds is not None else rows
 
     rows = read(graphs)
+    train = rows.map_batches(split, fn_kwargs={"part": "train"}, **common).materialize()
     if dev is not None:
-        return rows.materialize(), read(dev).materialize()
-    train = rows.map_batches(split, fn_kwargs={"held_out": False}, **common).materialize()
-    return train, rows.map_batches(split, fn_kwargs={"held_out": True}, **common).materialize()
+        return train, read(dev).materialize()
+    return train, rows.map_batches(split, fn_kwargs={"part": "dev"}, **common).materialize()
 
 
 def graph_settings(graphs: Location) -> dict:
@@ -81,7 +85,7 @@ def lineage(split: dict, num_train: int, num_dev: int, store: Store) -> list[tup
     covering the folder's files and the split that cut it."""
     from xh.tracking import dataset_ref
 
-    how = {k: split[k] for k in ("dev_fraction", "question_types")}
+    how = {k: split.get(k) for k in ("dev_fraction", "gate_fraction", "question_types")}
     train = dataset_ref(store.at(split["graphs"]), "graphs-train", {"num_rows": num_train, "split": "train", **how})
     dev_folder = store.at(split["dev_graphs"] or split["graphs"])
     dev = dataset_ref(dev_folder, "graphs-dev", {"num_rows": num_dev, "split": "dev", **how})

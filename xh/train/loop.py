@@ -26,17 +26,9 @@ import time
 from pathlib import Path
 
 from xh.config import TrainConfig, XHConfig
-from xh.eval.fever import evaluate_fever, flat_metrics, with_misses
-from xh.eval.hotpot import evaluate_hotpot
+from xh.eval.official import official_metrics
 from xh.graph.encode import GraphEncoder
-from xh.inference import (
-    autocast,
-    fever_gold,
-    fever_prediction_file,
-    hotpot_gold,
-    hotpot_prediction_file,
-    predict_graphs,
-)
+from xh.inference import autocast, predict_graphs
 from xh.model import XHModel, load_tokenizer
 from xh.model.variants import architecture, load_saved, new_model
 from xh.tracking import TrainingRun
@@ -94,9 +86,8 @@ def evaluate_dev(
     )
     if cfg.model.task == "fever":
         return fever_dev_metrics(rows, predictions, official, missed)
-    gold = hotpot_gold(rows, missed)
-    metrics = evaluate_hotpot(gold, hotpot_prediction_file(predictions)) if gold else {}
-    return {f"dev_{k}": float(v) for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
+    metrics = official_metrics(rows, predictions, "hotpot", missed)
+    return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
 
 
 def log_graph_settings(mlflow, settings: dict) -> None:
@@ -122,12 +113,9 @@ def fever_dev_metrics(
 ) -> dict:
     """The official FEVER scorer on dev graphs: FEVER score, label accuracy, evidence P / R / F1 and the
     single- / multi-evidence / NEI slices, as `dev_` metrics; claims in `missed` (no graph) count as wrong."""
-    gold, predicted = fever_gold(rows), fever_prediction_file(predictions)
-    if official is not None:
-        official.update(gold=gold, predictions=predicted)
+    metrics = official_metrics(rows, predictions, "fever", missed, files=official)
     if not rows:
-        return {"dev_fever_score": 0.0, "dev_label_accuracy": 0.0, "dev_graphs": 0}
-    metrics = with_misses(flat_metrics(evaluate_fever(gold, predicted, slices=True)), len(rows), len(missed))
+        return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": 0}
     return {f"dev_{k}": v for k, v in metrics.items()} | {"dev_graphs": len(rows), "dev_missed": len(missed)}
 
 

@@ -1,14 +1,19 @@
-"""The train / dev split of a training run, recorded with the run so that promotion judges on held-out data.
+"""The split of a training run into train, dev and gate, recorded with the run so that promotion judges on
+data that chose nothing.
 
-    record = split_record(graphs_uri, dev_graphs, dev_fraction=0.2, question_types=None)   # the run's split.json
+    part = split_of(qid, dev_fraction=0.2, gate_fraction=0.1)   # "train", "dev" or "gate": the one split rule
+    record = split_record(graphs_uri, dev_graphs, 0.2, 0.1, question_types=None)   # the run's split.json
     record = recorded_split(run_id)            # what a registered version's training run recorded (None: nothing)
-    rows, missed = dev_set(record)             # promotion's default evaluation set: the run's dev graphs
+    rows, missed = held_set(record, "gate")    # promotion's default evaluation set: the run's gate graphs
     shared = shared_questions(record, qids)    # evaluation questions the run trained on
 
-Training either holds out `dev_fraction` of the graphs by a hash of the qid (`in_dev_split`) or reads separate
-dev graphs (`train.dev_graphs`; FEVER's `<graphs>-dev`); a model of one question type sees only those.
-The record names all of it, resolved (never "the default folder"), as the JSON artifact `split.json` of the
-training run: the registered version's `run_id` leads to it.
+Three parts, by a hash of the qid (`split_of`): `train` (gradients), `dev` (evaluated at every checkpoint,
+picks the best one) and `gate` (neither: promotion's default evaluation set). Dev comes first, so a run
+with a gate share holds out the same dev questions as one without. With separate dev graphs
+(`train.dev_graphs`; FEVER's `<graphs>-dev`) the training graphs split into train and gate only. A model
+of one question type sees only those. The record names all of it, resolved (never "the default folder"),
+as the JSON artifact `split.json` of the training run: the registered version's `run_id` leads to it.
+The FEVER claim split (`xh.fever.claim_split`) and the question-type classifier's hold-out use the same rule.
 """
 
 from __future__ import annotations
@@ -20,24 +25,44 @@ from collections.abc import Iterable, Sequence
 from xh.store import Location, Store
 
 SPLIT_ARTIFACT = "split.json"
+PARTS = ("train", "dev", "gate")
+
+
+def split_of(key: str, dev_fraction: float, gate_fraction: float = 0.0) -> str:
+    """The part of a question: a stable hash of its id (the same on every machine and every run); the first
+    `dev_fraction` of the hash range is dev, the next `gate_fraction` gate, the rest train."""
+    bucket = zlib.crc32(str(key).encode("utf-8")) % 10_000
+    if bucket < dev_fraction * 10_000:
+        return "dev"
+    return "gate" if bucket < (dev_fraction + gate_fraction) * 10_000 else "train"
 
 
 def in_dev_split(qid: str, dev_fraction: float) -> bool:
-    """A stable split by qid (the same on every machine and every run)."""
-    return (zlib.crc32(qid.encode("utf-8")) % 10_000) < dev_fraction * 10_000
+    """Whether `split_of` puts `qid` in dev (dev comes first: the gate share does not change it)."""
+    return split_of(qid, dev_fraction) == "dev"
 
 
 def split_record(
-    graphs: str, dev_graphs: str | None, dev_fraction: float, question_types: Sequence[str] | None
+    graphs: str,
+    dev_graphs: str | None,
+    dev_fraction: float,
+    gate_fraction: float,
+    question_types: Sequence[str] | None,
 ) -> dict:
-    """What a training run trained and was evaluated on: `graphs` less its dev share (or all of it when
-    `dev_graphs` is given), restricted to `question_types` (None: every type)."""
+    """What a training run trained, was evaluated and may be gated on: `graphs` less its dev share (none
+    when `dev_graphs` is given) and its gate share, restricted to `question_types` (None: every type)."""
     return {
         "graphs": graphs,
         "dev_graphs": dev_graphs,
         "dev_fraction": None if dev_graphs else dev_fraction,
+        "gate_fraction": gate_fraction,
         "question_types": sorted(question_types) if question_types else None,
     }
+
+
+def part_of(record: dict, qid: str) -> str:
+    """The part of `qid` of the record's training graphs (a record without a gate share has none)."""
+    return split_of(qid, record.get("dev_fraction") or 0.0, record.get("gate_fraction") or 0.0)
 
 
 def recorded_split(run_id: str) -> dict | None:
@@ -79,11 +104,8 @@ def _questions(folder: Location) -> list[dict]:
 
 def training_questions(record: dict, store: Store | None = None) -> set[str]:
     """The qids the run trained on; `store` reaches the record's folders (default: settings from the environment)."""
-    kinds = record.get("question_types")
-    rows = _of_kinds(_questions((store or Store()).at(record["graphs"])), kinds)
-    if record.get("dev_graphs"):
-        return {r["qid"] for r in rows}
-    return {r["qid"] for r in rows if not in_dev_split(r["qid"], record["dev_fraction"])}
+    rows = _of_kinds(_questions((store or Store()).at(record["graphs"])), record.get("question_types"))
+    return {r["qid"] for r in rows if part_of(record, r["qid"]) == "train"}
 
 
 def shared_questions(record: dict, qids: Iterable[str], store: Store | None = None) -> int:
@@ -91,38 +113,63 @@ def shared_questions(record: dict, qids: Iterable[str], store: Store | None = No
     return len(set(qids) & training_questions(record, store))
 
 
-def dev_uri(record: dict) -> str:
-    """The dev set as one string: its own folder, or the training folder with the held-out share."""
+def dev_questions(record: dict, store: Store | None = None) -> set[str]:
+    """The qids that picked the run's checkpoints (its dev split, or its own dev graphs)."""
+    store = store or Store()
     if record.get("dev_graphs"):
+        return {r["qid"] for r in _of_kinds(_questions(store.at(record["dev_graphs"])), record.get("question_types"))}
+    rows = _of_kinds(_questions(store.at(record["graphs"])), record.get("question_types"))
+    return {r["qid"] for r in rows if part_of(record, r["qid"]) == "dev"}
+
+
+def has_part(record: dict, part: str) -> bool:
+    """Whether the run held out `part` ("dev" or "gate") at all."""
+    if part == "dev":
+        return bool(record.get("dev_graphs") or record.get("dev_fraction"))
+    return bool(record.get("gate_fraction"))
+
+
+def part_uri(record: dict, part: str) -> str:
+    """A held-out part as one string: the dev set's own folder, or the training folder with the part's share."""
+    if part == "dev" and record.get("dev_graphs"):
         return record["dev_graphs"]
-    return f"{record['graphs']} (dev split {record['dev_fraction']} by qid)"
+    shares = f"dev {record.get('dev_fraction') or 0.0}, gate {record.get('gate_fraction') or 0.0}"
+    return f"{record['graphs']} ({part} split by qid; {shares})"
 
 
-def dev_missed(record: dict, store: Store | None = None) -> list[str]:
-    """Ids of dev questions quarantined at graph building, each a miss (score 0) for every model. A model of one
-    question type misses only quarantined questions of unknown type or its own (a quarantined record keeps
-    its `type` when the data gave one)."""
+def _folder(record: dict, part: str) -> str:
+    return record["dev_graphs"] if part == "dev" and record.get("dev_graphs") else record["graphs"]
+
+
+def part_missed(record: dict, part: str, store: Store | None = None) -> list[str]:
+    """Ids of the part's questions quarantined at graph building, each a miss (score 0) for every model. A model
+    of one question type misses only quarantined questions of unknown type or its own (a quarantined record
+    keeps its `type` when the data gave one)."""
     from xh.graph.store import quarantined_qids
 
     kinds, store = record.get("question_types"), store or Store()
-    if record.get("dev_graphs"):
-        return quarantined_qids(store.at(record["dev_graphs"]), kinds)
-    graphs = quarantined_qids(store.at(record["graphs"]), kinds)
-    return [q for q in graphs if in_dev_split(q, record["dev_fraction"])]
+    quarantined = quarantined_qids(store.at(_folder(record, part)), kinds)
+    if part == "dev" and record.get("dev_graphs"):
+        return quarantined
+    return [q for q in quarantined if part_of(record, q) == part]
 
 
-def dev_set(record: dict, store: Store | None = None) -> tuple[list[dict], list[str]]:
-    """The run's dev graphs (rows with gold labels) and its dev questions without a graph."""
+def dev_missed(record: dict, store: Store | None = None) -> list[str]:
+    """The dev questions without a graph (training's dev metrics count them as misses)."""
+    return part_missed(record, "dev", store)
+
+
+def held_set(record: dict, part: str, store: Store | None = None) -> tuple[list[dict], list[str]]:
+    """The graphs of a held-out part ("dev" or "gate"; rows with gold labels) and its questions without a graph."""
     from xh.graph.store import read_eval_set
 
     store = store or Store()
-    kinds = record.get("question_types")
-    if record.get("dev_graphs"):
-        rows = _of_kinds(read_eval_set(store.at(record["dev_graphs"])), kinds)
-    else:
-        rows = [
-            r
-            for r in _of_kinds(read_eval_set(store.at(record["graphs"])), kinds)
-            if in_dev_split(r["qid"], record["dev_fraction"])
-        ]
-    return rows, dev_missed(record, store)
+    rows = _of_kinds(read_eval_set(store.at(_folder(record, part))), record.get("question_types"))
+    if not (part == "dev" and record.get("dev_graphs")):
+        rows = [r for r in rows if part_of(record, r["qid"]) == part]
+    return rows, part_missed(record, part, store)
+
+
+def dev_set(record: dict, store: Store | None = None) -> tuple[list[dict], list[str]]:
+    """The run's dev graphs and its dev questions without a graph."""
+    return held_set(record, "dev", store)

@@ -19,7 +19,8 @@ from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.eval.hotpot import evaluate_hotpot
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.store import qids_of_quarantine, quarantined_qids
-from xh.inference import RoutedModel, hotpot_gold, hotpot_prediction_file, load_model, predict_graphs, save_routed
+from xh.eval.official import hotpot_gold, hotpot_prediction_file
+from xh.inference import RoutedModel, load_model, predict_graphs, save_routed
 from xh.model import collate, decode
 
 OTHER = ["Paris is the capital of France.", " It lies on the Seine."]
