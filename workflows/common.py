@@ -49,10 +49,18 @@ def init_ray(cfg: XHConfig, worker_output: bool = True) -> None:
     runtime_env = Store.from_config(cfg).s3.ray_runtime_env()
     if not verbose():
         runtime_env["worker_process_setup_hook"] = "workflows.common.quiet_ray_workers"
-        # MLflow's "Downloading artifacts" bars (the driver, score actors, Serve replicas loading a version)
-        quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+        # MLflow's "Downloading artifacts" and transformers' "Loading weights" bars (the driver, score
+        # actors, Serve replicas loading a version)
+        quiet = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         os.environ.update(quiet)
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **quiet}
+        if "transformers" in sys.modules:  # imported already: it read the variable then
+            sys.modules["transformers"].utils.logging.disable_progress_bar()
+        elif "huggingface_hub" in sys.modules:
+            sys.modules["huggingface_hub"].utils.disable_progress_bars()
+        if not worker_output:
+            # the driver's own core worker writes Ray Data's actor-restart notes to stderr at ERROR
+            os.environ["RAY_BACKEND_LOG_LEVEL"] = "fatal"
     ray.init(
         address=address,
         num_cpus=cfg.ray.num_cpus if local else None,

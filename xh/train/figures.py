@@ -164,7 +164,7 @@ def plot_hop_attention(record: dict, title: str = "Hop attention per edge, by ho
     plt = _pyplot()
     bins = np.array(record["bins"])
     layers = record["layers"]
-    fig, axes = plt.subplots(1, len(layers), figsize=(4.6 * len(layers), 4.0), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(layers), figsize=(4.6 * len(layers), 5.2), sharey=True, squeeze=False)
     for ax, entry in zip(axes[0], layers):
         for group, data in entry["groups"].items():
             if not data["edges"]:
@@ -180,15 +180,15 @@ def plot_hop_attention(record: dict, title: str = "Hop attention per edge, by ho
         ax.set_xlabel("attention weight × in-edges of the target node", fontsize=10)
         ax.set_xlim(bins[0], bins[-1])
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper right", frameon=True)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.2), frameon=False)  # below: no bar hidden
         above = sum(data.get("above", 0) for data in entry["groups"].values())
         notes = [f"last bin: also the {above} edges above {bins[-1]:g}"] if above else []
         if entry["single_in_edge"]:
             notes.append(f"not shown: {entry['single_in_edge']} edges into single-in-edge nodes (weight 1)")
-        ax.text(0.0, -0.2, "\n".join(notes), transform=ax.transAxes, fontsize=8, color="dimgray", va="top")
+        ax.text(0.0, -0.62, "\n".join(notes), transform=ax.transAxes, fontsize=8, color="dimgray", va="top")
     axes[0][0].set_ylabel("share of the group's edges", fontsize=10)
     fig.suptitle(title, fontsize=13)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.05, right=0.99, top=0.86, bottom=0.42, wspace=0.14)  # room for legends, notes
     return fig
 
 
