@@ -2,8 +2,8 @@
 
     xh promote --model xh-hotpot --metric f1 --min-delta 0.5        # on the dev split @challenger's training recorded
     xh promote --model xh-hotpot --eval-set s3://bucket/graphs/hotpot-heldout
-    python -m workflows.promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
-    xh promote rollback --model xh-hotpot                  # python -m workflows.promote rollback --set promote.model=...
+    xh promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
+    xh promote rollback --model xh-hotpot
 
 An eval set that is missing, shares questions with the challenger's training set or was built with other
 graph settings is refused in one line (exit 2) before Ray starts. The decision is printed as one JSON line.
