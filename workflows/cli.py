@@ -109,7 +109,9 @@ class PipelineOrder(TyperGroup):
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except typer.exceptions.TyperException as e:  # click's usage errors
-            typer.echo(f"error: {e.format_message() if hasattr(e, 'format_message') else e}", err=True)
+            message = e.format_message() if hasattr(e, "format_message") else str(e)
+            if message:  # none after the help a group without its sub-command prints
+                typer.echo(f"error: {message}", err=True)
             sys.exit(getattr(e, "exit_code", 2))
         except typer.Abort:
             typer.echo("Aborted!", err=True)

@@ -1,7 +1,7 @@
 """The whole pipeline end to end on the embedded default: `make demo` (`xh demo`).
 
-    python -m workflows.demo --config configs/demo.yaml          # HotpotQA: local Ray, SQLite MLflow, local files
-    python -m workflows.demo --config configs/demo-fever.yaml    # the FEVER leg
+    xh demo --config configs/demo.yaml          # HotpotQA: local Ray, SQLite MLflow, local files
+    xh demo --config configs/demo-fever.yaml    # the FEVER leg
 
 The stages in order, each reading what the previous one wrote; what the demo adds to them (the configs it
 hands them, the check against the generator's truth, the held-out questions, the summary table) is

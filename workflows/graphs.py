@@ -3,7 +3,7 @@
     xh graphs build                                                    # retrieval setting, from <root>/retrieval
     xh graphs build --set graphs.setting=distractor \\
         --set graphs.questions=../shared/data/hotpotqa/hotpot_train_sample500.json
-    python -m workflows.graphs --config my.yaml --set graphs.edge_mode=bidirectional
+    xh graphs build --config my.yaml --set graphs.edge_mode=bidirectional
 
     xh.graph.store.read_graphs("runs/demo/graphs/hotpot")             # the result, as a Ray dataset (trainer)
 

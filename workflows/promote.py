@@ -3,6 +3,7 @@
     xh promote --model xh-hotpot --metric f1 --min-delta 0.5   # on the gate split @challenger's training recorded
     xh promote --model xh-hotpot --eval-set s3://bucket/graphs/hotpot-heldout
     xh promote --model xh-hotpot --challenger 7 --dry-run     # evaluate, log and report; move nothing
+    xh promote --config my.yaml --set promote.eval_set=runs/demo/graphs/hotpot-heldout
     xh promote rollback --model xh-hotpot
 
 Exit codes: 0 promoted, 3 champion kept (`xh.stages.promote.EXIT_KEPT`), 2 refused: an unknown model or

@@ -1,7 +1,7 @@
 """`xh qtype`: train the question-type classifier that scoring and serving use for untyped questions.
 
     xh qtype --config configs/demo.yaml
-    python -m workflows.qtype --set qtype.questions=s3://bucket/hotpot_train.json
+    xh qtype --set qtype.questions=s3://bucket/hotpot_train.json
 
 The stage is `xh.stages.qtype`; it needs no Ray (one process fits the classifier's head).
 """

@@ -1,7 +1,7 @@
 """Train the cross-encoder re-ranker on Ray Train: relevance labels from HotpotQA supporting facts.
 
     xh rerank --set rerank.questions=hotpot_train_v1.1.json --set rerank.workers=2
-    python -m workflows.rerank --config my.yaml --set rerank.max_questions=400
+    xh rerank --config my.yaml --set rerank.max_questions=400
     xh retrieve run --questions dev.json --set retrieve.reranker=runs/demo/models/reranker
 
 Config -> the pairs and their step plan (read here, before Ray starts) -> Ray Train -> the re-ranker at

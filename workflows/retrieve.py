@@ -6,7 +6,6 @@
     xh retrieve eval                                           # Supp / Ans recall of those candidates
     xh retrieve paths  --questions hotpot_train.json           # a path scorer from their supporting facts
     xh retrieve all    --questions q.json                      # the index (when missing), run and eval
-    python -m workflows.retrieve [index|run|eval|paths|all] --config my.yaml     # run by default
 
 One function per verb: config -> checks (one line, before Ray starts) -> Ray -> `xh.stages.retrieve`.
 """

@@ -1,7 +1,7 @@
 """`xh score`: new questions -> retrieval -> evidence graphs -> the champion model -> predictions.
 
     xh score --set score.input=s3://bucket/incoming/2026-11-22/ --set score.model=models:/xh-hotpot@champion
-    python -m workflows.score --config configs/demo.yaml
+    xh score --config configs/demo.yaml
 
 The stage is `xh.stages.score` (its stages, resumption, partitions and the version's pipeline); this
 driver checks everything before Ray starts, joins Ray only when there is something to score, and prints

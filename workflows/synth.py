@@ -1,6 +1,6 @@
 """Generate the mini-Wikipedia world (the stage: `xh.stages.synth`).
 
-    python -m workflows.synth --config configs/demo.yaml --set synth.num_docs=200000
+    xh synth --config configs/demo.yaml --set synth.num_docs=200000
     xh synth --set storage.root=s3://bucket/xh
 
 Writes under `<storage.root>/world/` (`xh.locations.world`; layout in `xh.synth`).

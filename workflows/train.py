@@ -1,8 +1,8 @@
 """Train Transformer-XH on Ray Train (DDP), track it in MLflow, register the model as `@challenger`.
 
     xh train --set train.workers=2 --set train.epochs=2
-    python -m workflows.train --config configs/demo.yaml
-    ray job submit --working-dir . -- python -m workflows.train --config configs/cluster.yaml
+    xh train --config configs/demo.yaml
+    infra/submit.sh train --config configs/cluster.yaml
 
 The stage itself is `xh.stages.train`.
 """

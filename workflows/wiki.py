@@ -1,7 +1,7 @@
 """Wikipedia dump -> docs / links / redirects / anchors / quarantine tables, on Ray Data (the stage:
 `xh.stages.wiki`; its steps: `xh.wiki.process`).
 
-    python -m workflows.wiki --config configs/demo.yaml \\
+    xh wiki process --config configs/demo.yaml \\
         --set wiki.format=mediawiki --set 'wiki.inputs=[../shared/data/wiki]'
     xh wiki process --format hotpot --input runs/demo/world/wiki --output runs/demo/tables
 

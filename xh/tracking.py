@@ -180,8 +180,8 @@ def absolute_tracking(cfg: XHConfig) -> XHConfig:
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         uri = "sqlite:///" + str(Path(uri[len("sqlite:///") :]).resolve())
     location = m.artifact_location
-    if location and "://" not in location:
-        location = str(Path(location).resolve())
+    if location and not is_s3(location) and not _is_uri(location):  # in a Ray job maybe the server's root
+        location = str(Path(location).resolve()) if artifact_root(m) else None
     return cfg.model_copy(update={"mlflow": m.model_copy(update={"tracking_uri": uri, "artifact_location": location})})
 
 

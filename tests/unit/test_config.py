@@ -73,3 +73,41 @@ def test_the_demo_and_the_question_type_stage_have_sections_of_their_own():
     assert cfg.demo.train_path_scorer and not cfg.demo.train_reranker and cfg.qtype.dev_fraction == 0.3
     with pytest.raises(ConfigError, match="unknown config key 'demo.path_scorer'"):
         load_config(None, ["demo.path_scorer=auto"])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["synth.num_doc=5"], "unknown config key 'synth.num_doc' (did you mean 'synth.num_docs'?)"),
+        (["trian.epochs=2"], "unknown config key 'trian' (did you mean 'train'?)"),
+        (["score.incremntal=true"], "unknown config key 'score.incremntal' (did you mean 'score.incremental'?)"),
+        (["graphs.ir_keep=3"], "unknown config key 'graphs.ir_keep'"),  # no key of graphs is near
+    ],
+)
+def test_an_unknown_key_names_the_nearest_known_one(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value) == message
+
+
+def test_describe_gives_each_setting_its_description_as_a_comment_or_a_table_row():
+    from xh.config import describe
+
+    sections = stage_dict(XHConfig(), "score")
+    text = describe(sections)
+    assert "  incremental: false  # skip input files this model version has scored already" in text
+    assert "# `xh score`: new questions through one registered model version" in text
+    table = describe(sections, markdown=True)
+    assert '| `edge_mode` | `"hyperlink"` |' in table and "(one of: hyperlink, bidirectional, full" in table
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) == sum(len(values) for values in sections.values())
+
+
+def test_config_show_redacts_credentials_inside_values_and_secret_named_settings():
+    from xh.tracking import redact_tree
+
+    tree = {"mlflow": {"tracking_uri": "http://u:pw@h/"}, "x": {"api_token": "abc", "items": ["s3://b?token=t"]}}
+    assert redact_tree(tree) == {
+        "mlflow": {"tracking_uri": "http://***@h/"},
+        "x": {"api_token": "***", "items": ["s3://b?token=***"]},
+    }

@@ -161,7 +161,7 @@ def test_a_ray_job_never_puts_an_experiments_artifacts_in_its_temporary_copy_of_
     """#44 (6): a relative `mlflow.artifact_location` (the default) in a submitted job: a tracking server's own
     artifact root, or, without a server, one line and exit 2 before Ray; outside a job, the working directory."""
     from tests.cli import xh
-    from xh.tracking import artifact_root
+    from xh.tracking import absolute_tracking, artifact_root
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -169,6 +169,8 @@ def test_a_ray_job_never_puts_an_experiments_artifacts_in_its_temporary_copy_of_
     assert artifact_root(served) == (tmp_path / "runs" / "mlflow" / "artifacts").as_uri()
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # what Ray sets in a job's driver
     assert artifact_root(served) is None
+    whole = load_config(None, ["mlflow.tracking_uri=http://mlflow:5000"])
+    assert absolute_tracking(whole).mlflow.artifact_location is None  # what train, score and promote hand on
     kept = {"s3://b/a": "s3://b/a", "mlflow-artifacts:/xh": "mlflow-artifacts:/xh"}
     kept[str(tmp_path / "a")] = (tmp_path / "a").as_uri()
     for given, expected in kept.items():
