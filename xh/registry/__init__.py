@@ -25,7 +25,8 @@ flavour naming `xh.pyfunc_entry`, which MLflow imports from the installed `xh` p
 scoring go further (`load_registered`): they read MLmodel as YAML only to find the data folder, and build the
 model with this package's classes, so that nothing written to the artifact store (a `code/` folder, a python
 file, a pickle, another loader module in a rewritten MLmodel) ever runs with the job's credentials. Serving the
-pyfunc (`mlflow models serve`) therefore needs the project installed: the image, or `--env-manager local`.
+pyfunc (`mlflow models serve`) therefore needs the project installed: its requirements pin the project's own
+distribution, so any environment manager rebuilds it (or the image, or `--env-manager local`).
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
 challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
 `floor`); the move is a compare-and-swap under the registry lock (`xh.registry.lock`), and every version it

@@ -1,0 +1,102 @@
+"""A local wheel folder that stands in for the team's package index (offline): the project's own wheel, built
+from the checkout, and a wheel of every other installed distribution a set of requirements needs, repacked
+from this environment's installed files (their RECORD), so that `pip install --no-index --find-links DIR`
+rebuilds the environment a registered version names without reaching any index."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import Distribution, distribution
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+SKIPPED = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+
+
+def closure(requirements: list[str]) -> dict[str, Distribution]:
+    """The installed distributions `requirements` install, with their extras, transitively."""
+    found: dict[str, Distribution] = {}
+    todo = [Requirement(r) for r in requirements]
+    seen: set[tuple[str, frozenset]] = set()
+    while todo:
+        req = todo.pop()
+        key = (canonicalize_name(req.name), frozenset(req.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = distribution(req.name)
+        except Exception:  # noqa: BLE001 (an optional requirement not installed here: pip will not ask for it)
+            continue
+        found[key[0]] = dist
+        for line in dist.requires or []:
+            sub = Requirement(line)
+            envs = [{"extra": e} for e in req.extras] or [{"extra": ""}]
+            if sub.marker is None or any(sub.marker.evaluate(env) for env in envs):
+                todo.append(sub)
+    return found
+
+
+def _digest(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def repack(dist: Distribution, folder: Path) -> Path:
+    """An installed distribution as a wheel in `folder` (stored, not compressed: it is read once, locally)."""
+    info = Path(str(dist._path))  # noqa: SLF001 (the .dist-info folder: importlib has no public name for it)
+    tags = [
+        line.split(":", 1)[1].strip() for line in (info / "WHEEL").read_text().splitlines() if line.startswith("Tag:")
+    ]
+    name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
+    target = folder / f"{name}-{dist.version}-{tags[0]}.whl"
+    if target.exists():
+        return target
+    site = info.parent
+    rows = []
+    partial = target.with_suffix(".part")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as wheel:
+        for f in dist.files or []:
+            relative = str(f)
+            if relative.startswith("..") or "__pycache__" in relative or Path(relative).name in SKIPPED:
+                continue
+            path = site / relative
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            wheel.writestr(relative, data)
+            rows.append([relative, _digest(data), str(len(data))])
+        record = f"{info.name}/RECORD"
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows([*rows, [record, "", ""]])
+        wheel.writestr(record, out.getvalue())
+    partial.rename(target)
+    return target
+
+
+def project_wheel(root: Path, folder: Path) -> Path:
+    """The project's own wheel, built from the checkout (no build isolation: setuptools is installed)."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder), str(root)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return next(folder.glob("transformer_xh_ray-*.whl"))
+
+
+def wheelhouse(root: Path, requirements: list[str], folder: Path, project: str) -> Path:
+    """`folder` holding a wheel of each requirement and of what it installs; the project's from `root`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    project_wheel(root, folder)
+    for key, dist in closure(requirements).items():
+        if key != canonicalize_name(project):
+            repack(dist, folder)
+    return folder
