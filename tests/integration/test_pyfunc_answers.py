@@ -98,6 +98,19 @@ def world(synth_tables, ray_cluster, mlflow_server, s3_endpoint, tiny_backbone, 
     }
 
 
+@pytest.fixture(scope="module")
+def classifier(make_tiny_backbone, tmp_path_factory) -> str:
+    """A question-type classifier (tiny backbone, templated questions): the version records none."""
+    from tests.unit.model.test_qtype import templated
+    from xh.model.qtype import QuestionTypeClassifier
+
+    questions, types = templated(120, seed=1)
+    folder = tmp_path_factory.mktemp("qtype") / "classifier"
+    backbone = make_tiny_backbone(layers=2, max_positions=128)
+    QuestionTypeClassifier.train(questions, types, backbone, seed=0).save(folder)
+    return str(folder)
+
+
 def _asked(world: dict, n: int = 8) -> pd.DataFrame:
     return pd.DataFrame(
         {"id": [q["_id"] for q in world["questions"][:n]], "question": [q["question"] for q in world["questions"][:n]]}
@@ -118,7 +131,12 @@ def test_the_version_names_the_index_its_graphs_came_from(world):
     assert record["index"]["uri"] == str((world["root"] / "index" / "bm25").resolve())
 
 
-def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlflow_server, s3_endpoint, monkeypatch):
+def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(
+    world, mlflow_server, s3_endpoint, monkeypatch, classifier
+):
+    """With the same question-type classifier (the version records none: `XH_QUESTION_CLASSIFIER` here,
+    `score.question_classifier` there), the pyfunc and batch scoring answer alike; each row says its type came
+    from the classifier, and the scoring summary names it."""
     from mlflow.exceptions import MlflowException
 
     from workflows import score
@@ -126,6 +144,7 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlfl
 
     monkeypatch.delenv("XH_INDEX", raising=False)
     monkeypatch.delenv("XH_TABLES", raising=False)
+    monkeypatch.setenv("XH_QUESTION_CLASSIFIER", classifier)
     mlflow.set_tracking_uri(mlflow_server)
     model = mlflow.pyfunc.load_model(f"models:/{world['name']}@champion")
     asked = _asked(world)
@@ -150,14 +169,18 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlfl
                 f"score.output={output}",
                 "score.run_date=2026-11-26",
                 "score.batch_size=4",
+                f"score.question_classifier={classifier}",
             ],
         )
     )
+    assert summary["question_classifier"] == classifier
     partition = f"{output}/run_date=2026-11-26/model={world['name']}/version=1"[len("s3://") :]
     scored = pads.dataset(partition, filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table().to_pylist()
     assert summary["pipeline"] == "version" and len(scored) == summary["predictions"] >= 4
 
     by_id = _by_id(answered)
+    answered_rows = [row for row in by_id.values() if row["reason"] is None]
+    assert answered_rows and {row["question_type_source"] for row in answered_rows} == {"classifier"}
     assert {r["qid"] for r in scored} == {i for i, row in by_id.items() if row["reason"] is None}
     for row in scored:
         mine = by_id[row["qid"]]
@@ -190,7 +213,12 @@ def test_a_moved_index_on_s3_answers_the_same_and_another_snapshot_is_refused(
     mlflow.set_tracking_uri(mlflow_server)
     monkeypatch.delenv("XH_TABLES", raising=False)
     monkeypatch.delenv("XH_INDEX", raising=False)
+    monkeypatch.delenv("XH_QUESTION_CLASSIFIER", raising=False)
     here = mlflow.pyfunc.load_model(f"models:/{world['name']}@champion").predict(_asked(world, 4))
+    # no classifier anywhere: every answer says its question was taken as a bridge question (#44 defect 1)
+    assert set(here["question_type_source"].dropna()) == {"default"} and set(here["question_type"].dropna()) == {
+        "bridge"
+    }
 
     moved = f"xh-test/moved-index-{uuid.uuid4().hex[:6]}/bm25"
     pafs.copy_files(
