@@ -367,12 +367,13 @@ def test_mlflow_models_generate_dockerfile_gives_an_image_that_installs_the_proj
     )
     assert done.returncode == 0, done.stderr[-3000:]
     dockerfile = (out / "Dockerfile").read_text()
-    requirements = (out / "model_dir" / "model" / "requirements.txt").read_text().split()
+    (model_dir,) = {f.parent for f in (out / "model_dir").rglob("MLmodel")}
+    requirements = (model_dir / "requirements.txt").read_text().split()
     assert sorted(requirements) == sorted(pip_requirements())
     assert any(r.startswith("transformer-xh-ray==") for r in requirements)
     assert any(r.startswith("PyStemmer==") for r in requirements)
-    assert "requirements.txt" in dockerfile or "python_env.yaml" in dockerfile, dockerfile
-    example = json.loads((out / "model_dir" / "model" / "input_example.json").read_text())
+    assert "model_dir" in dockerfile and "install" in dockerfile, dockerfile
+    example = json.loads((model_dir / "input_example.json").read_text())
     assert "question" in json.dumps(example)
 
 

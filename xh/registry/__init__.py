@@ -2,7 +2,7 @@
 
     log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
     version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
-    model, tokenizer = xh.inference.load_model("models:/xh-hotpot/3")   # the one model loader (a folder too)
+    model, tokenizer = xh.inference.load_model(model_folder("models:/xh-hotpot/3"))   # the one model loader
     model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")   # `xh.pyfunc_entry`: it answers questions
     model.predict(pd.DataFrame({"id": [...], "question": [...]}))          # rows validated as `PyfuncInput`
@@ -67,6 +67,7 @@ from xh.registry.versions import (
     alias_version,
     data_folder,
     load_registered,
+    model_folder,
     parse_model_uri,
     resolve_model,
     version_files,
@@ -96,6 +97,7 @@ __all__ = [
     "graph_input",
     "input_columns",
     "load_registered",
+    "model_folder",
     "version_folder",
     "log_and_register",
     "model_flavour",
