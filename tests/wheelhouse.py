@@ -49,14 +49,19 @@ def _digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+def wheel_tag(info: Path) -> str:
+    """The compressed tag set of an installed wheel (its WHEEL file's `Tag:` lines), e.g. `py2.py3-none-any`."""
+    lines = (info / "WHEEL").read_text().splitlines()
+    tags = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Tag:")]
+    parts = [list(dict.fromkeys(t.split("-")[i] for t in tags)) for i in range(3)]
+    return "-".join(".".join(p) for p in parts)
+
+
 def repack(dist: Distribution, folder: Path) -> Path:
     """An installed distribution as a wheel in `folder` (stored, not compressed: it is read once, locally)."""
     info = Path(str(dist._path))  # noqa: SLF001 (the .dist-info folder: importlib has no public name for it)
-    tags = [
-        line.split(":", 1)[1].strip() for line in (info / "WHEEL").read_text().splitlines() if line.startswith("Tag:")
-    ]
     name = canonicalize_name(dist.metadata["Name"]).replace("-", "_")
-    target = folder / f"{name}-{dist.version}-{tags[0]}.whl"
+    target = folder / f"{name}-{dist.version}-{wheel_tag(info)}.whl"
     if target.exists():
         return target
     site = info.parent
