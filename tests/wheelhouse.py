@@ -97,11 +97,25 @@ def project_wheel(root: Path, folder: Path) -> Path:
     return next(folder.glob("transformer_xh_ray-*.whl"))
 
 
+# What MLflow's virtualenv manager installs before a version's requirements (its python_env.yaml)
+BUILD_PACKAGES = ("pip", "setuptools", "wheel")
+
+
 def wheelhouse(root: Path, requirements: list[str], folder: Path, project: str) -> Path:
-    """`folder` holding a wheel of each requirement and of what it installs; the project's from `root`."""
+    """`folder` holding a wheel of each requirement and of what it installs, and of the build packages; the
+    project's from `root`. A build package not installed here (`wheel`, which a Python 3.11 venv lacks) is
+    fetched by pip from the indexes this machine's pip is configured with."""
     folder.mkdir(parents=True, exist_ok=True)
     project_wheel(root, folder)
-    for key, dist in closure(requirements).items():
+    for key, dist in closure([*requirements, *BUILD_PACKAGES]).items():
         if key != canonicalize_name(project):
             repack(dist, folder)
+    for name in BUILD_PACKAGES:
+        if not any(canonicalize_name(f.name.split("-")[0]) == name for f in folder.glob("*.whl")):
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder), name],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
     return folder
