@@ -1,7 +1,7 @@
 """Graph rows in, predictions out: the one inference path that training's dev evaluation, the MLflow
 pyfunc and batch scoring all share.
 
-    model, tokenizer = load_model(folder)                  # what XHModel.save_pretrained wrote (or models:/NAME/V)
+    model, tokenizer = load_model(folder)                  # what XHModel.save_pretrained wrote
     predictions = predict_graphs(model, tokenizer, rows)  # rows: `graphs` table rows as dicts
 
 HotpotQA predictions carry `answer`, `answer_doc_id`, `supporting_facts` ([title, sentence]) and
@@ -26,19 +26,13 @@ from xh.model.routed import ROUTED_FILE, ROUTED_FORMAT, ROUTED_TYPES, RoutedMode
 from xh.model.variants import architecture, load_saved
 
 
-def load_model(source: str, device: str | torch.device | None = None) -> tuple[XHModel | RoutedModel, object]:
-    """(model, tokenizer): the one way a model is loaded. `source`: a saved model folder, or a registered
-    version (`models:/NAME/VERSION` or `models:/NAME@ALIAS`), read from its data folder alone
-    (`xh.registry.version_folder`: no code from the artifact store runs). An XHModel or a DocHopper
+def load_model(folder: str, device: str | torch.device | None = None) -> tuple[XHModel | RoutedModel, object]:
+    """(model, tokenizer) of a saved model folder: the one way a model is loaded (a registered version is
+    loaded from its data folder, `xh.registry.model_folder`). An XHModel or a DocHopper
     (`xh.model.variants`); a routed folder gives (RoutedModel, None). `device`: None, the GPU when there is one."""
-    if str(source).startswith("models:/"):
-        from xh.registry.versions import resolve_model, version_folder
-
-        found = resolve_model(str(source))
-        source = version_folder(found["name"], found["version"])
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model = load_saved(source, device)
-    return model, (load_tokenizer(source) if model.tokenizer is not None else None)
+    model = load_saved(folder, device)
+    return model, (load_tokenizer(folder) if model.tokenizer is not None else None)
 
 
 def predict_graphs(

@@ -114,8 +114,9 @@ class Pipeline:
                 question_types = QuestionTypeClassifier.load(classifier).predict
         if model is not None:
             from xh.inference import load_model
+            from xh.registry.versions import model_folder
 
-            weights, tokenizer = load_model(model)
+            weights, tokenizer = load_model(model_folder(model))
         return cls(
             retriever, tables, graph, question_types, weights, tokenizer, batch_graphs, sort_window, docs, retrieval
         )

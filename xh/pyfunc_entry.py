@@ -113,7 +113,8 @@ class XHVersionModel(mlflow.pyfunc.PythonModel):
             rows[i].model_dump(exclude={"graph", "qid", "id"}, exclude_none=True) | {"id": ids[i]} for i in asked
         ]
         limits = InputLimits(question_chars=MAX_QUESTION_CHARS)
-        usable, refused = question_rows(records, "request", [i + 1 for i in asked], limits=limits, task=self.task)
+        positions = [i + 1 for i in asked]
+        usable, refused = question_rows(records, "request", positions, limits=limits, located=True, task=self.task)
         reasons = {row["position"] - 1: row["reason"] for row in refused}
         if not usable:
             return {}, reasons

@@ -5,7 +5,8 @@ on graphs of retrieved documents, so that its version names the BM25 index its g
 - `mlflow.pyfunc.load_model(...).predict` on raw questions gives batch scoring's answers (same version);
 - a moved copy of the index on S3 (`XH_INDEX`) answers the same, an index of another snapshot is refused;
 - a FEVER version answers raw claims with a label and [page id, line] evidence, its docs table on S3;
-- `mlflow models serve` answers a JSON question over HTTP on loopback;
+- `mlflow models serve` with its default environment manager rebuilds the version's environment offline from
+  a local wheel folder and answers JSON questions over HTTP on loopback; `generate-dockerfile` installs the same;
 - promotion refuses an evaluation set whose graphs were built with another graph setting, unless opted in.
 """
 
@@ -97,6 +98,19 @@ def world(synth_tables, ray_cluster, mlflow_server, s3_endpoint, tiny_backbone, 
     }
 
 
+@pytest.fixture(scope="module")
+def classifier(make_tiny_backbone, tmp_path_factory) -> str:
+    """A question-type classifier (tiny backbone, templated questions): the version records none."""
+    from tests.unit.model.test_qtype import templated
+    from xh.model.qtype import QuestionTypeClassifier
+
+    questions, types = templated(120, seed=1)
+    folder = tmp_path_factory.mktemp("qtype") / "classifier"
+    backbone = make_tiny_backbone(layers=2, max_positions=128)
+    QuestionTypeClassifier.train(questions, types, backbone, seed=0).save(folder)
+    return str(folder)
+
+
 def _asked(world: dict, n: int = 8) -> pd.DataFrame:
     return pd.DataFrame(
         {"id": [q["_id"] for q in world["questions"][:n]], "question": [q["question"] for q in world["questions"][:n]]}
@@ -117,7 +131,12 @@ def test_the_version_names_the_index_its_graphs_came_from(world):
     assert record["index"]["uri"] == str((world["root"] / "index" / "bm25").resolve())
 
 
-def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlflow_server, s3_endpoint, monkeypatch):
+def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(
+    world, mlflow_server, s3_endpoint, monkeypatch, classifier
+):
+    """With the same question-type classifier (the version records none: `XH_QUESTION_CLASSIFIER` here,
+    `score.question_classifier` there), the pyfunc and batch scoring answer alike; each row says its type came
+    from the classifier, and the scoring summary names it."""
     from mlflow.exceptions import MlflowException
 
     from workflows import score
@@ -125,6 +144,7 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlfl
 
     monkeypatch.delenv("XH_INDEX", raising=False)
     monkeypatch.delenv("XH_TABLES", raising=False)
+    monkeypatch.setenv("XH_QUESTION_CLASSIFIER", classifier)
     mlflow.set_tracking_uri(mlflow_server)
     model = mlflow.pyfunc.load_model(f"models:/{world['name']}@champion")
     asked = _asked(world)
@@ -149,14 +169,18 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(world, mlfl
                 f"score.output={output}",
                 "score.run_date=2026-11-26",
                 "score.batch_size=4",
+                f"score.question_classifier={classifier}",
             ],
         )
     )
+    assert summary["question_classifier"] == classifier
     partition = f"{output}/run_date=2026-11-26/model={world['name']}/version=1"[len("s3://") :]
     scored = pads.dataset(partition, filesystem=s3_endpoint.pyarrow_fs(), format="parquet").to_table().to_pylist()
     assert summary["pipeline"] == "version" and len(scored) == summary["predictions"] >= 4
 
     by_id = _by_id(answered)
+    answered_rows = [row for row in by_id.values() if row["reason"] is None]
+    assert answered_rows and {row["question_type_source"] for row in answered_rows} == {"classifier"}
     assert {r["qid"] for r in scored} == {i for i, row in by_id.items() if row["reason"] is None}
     for row in scored:
         mine = by_id[row["qid"]]
@@ -189,7 +213,12 @@ def test_a_moved_index_on_s3_answers_the_same_and_another_snapshot_is_refused(
     mlflow.set_tracking_uri(mlflow_server)
     monkeypatch.delenv("XH_TABLES", raising=False)
     monkeypatch.delenv("XH_INDEX", raising=False)
+    monkeypatch.delenv("XH_QUESTION_CLASSIFIER", raising=False)
     here = mlflow.pyfunc.load_model(f"models:/{world['name']}@champion").predict(_asked(world, 4))
+    # no classifier anywhere: every answer says its question was taken as a bridge question (#44 defect 1)
+    assert set(here["question_type_source"].dropna()) == {"default"} and set(here["question_type"].dropna()) == {
+        "bridge"
+    }
 
     moved = f"xh-test/moved-index-{uuid.uuid4().hex[:6]}/bm25"
     pafs.copy_files(
@@ -228,34 +257,67 @@ def _post(url: str, body: dict) -> tuple[int, dict]:
         return e.code, json.loads(e.read() or b"{}")
 
 
-def test_mlflow_models_serve_answers_a_json_question_over_http(
-    world, mlflow_server, s3_endpoint, tmp_path, monkeypatch
+@pytest.fixture(scope="module")
+def local_index(tmp_path_factory) -> Path:
+    """A wheel folder standing in for the team's index (`tests/wheelhouse.py`): the project's wheel from this
+    checkout and a wheel of everything a version's requirements install, offline. Kept between runs under
+    `XH_TEST_WHEELHOUSE` when set (the installed packages' wheels do not change; the project's is rebuilt)."""
+    from tests.wheelhouse import wheelhouse
+    from xh.registry import pip_requirements
+    from xh.registry.register import project_distribution
+
+    folder = Path(os.environ.get("XH_TEST_WHEELHOUSE") or tmp_path_factory.mktemp("wheelhouse"))
+    return wheelhouse(ROOT, pip_requirements(), folder, project_distribution())
+
+
+def _serve(model_uri: str, env: dict, cwd: Path, log: Path, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
+    port = _port()
+    command = [str(BIN / "mlflow"), "models", "serve", "-m", model_uri, "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    with open(log, "w") as out:
+        return subprocess.Popen([*command, *extra], stdout=out, stderr=out, env=env, cwd=cwd), port
+
+
+def _wait_ping(server: subprocess.Popen, port: int, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert server.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
+                return
+        except OSError:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(1)
+
+
+@pytest.mark.timeout(3000)
+def test_mlflow_models_serve_with_its_default_environment_manager_rebuilds_the_version_and_answers(
+    world, mlflow_server, s3_endpoint, tmp_path, monkeypatch, local_index
 ):
+    """`mlflow models serve` as a user runs it (the default `virtualenv` manager: pyenv's Python, a new venv,
+    the version's requirements.txt installed by pip) from a folder outside the checkout, offline: pip finds
+    every wheel in the local wheel folder (`PIP_NO_INDEX`, `PIP_FIND_LINKS`). The rebuilt environment answers
+    raw questions as `mlflow.pyfunc` does here, refuses a call over the row limit, and answers a bad row with
+    its reason beside the good ones."""
     monkeypatch.delenv("XH_INDEX", raising=False)
     monkeypatch.delenv("XH_TABLES", raising=False)
     mlflow.set_tracking_uri(mlflow_server)
     asked = _asked(world, 3)
     expected = mlflow.pyfunc.load_model(f"models:/{world['name']}@champion").predict(asked)
 
-    port = _port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {
+        "MLFLOW_TRACKING_URI": mlflow_server,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(local_index),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "MLFLOW_ENV_ROOT": str(tmp_path / "envs"),  # a new environment: the version's requirements alone
+    }
     log = tmp_path / "serve.log"
-    # the server runs `uvicorn` from PATH: this environment's, as an activated one would
-    path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server, "PYTHONPATH": str(ROOT), "PATH": path}
-    command = [str(BIN / "mlflow"), "models", "serve", "-m", f"models:/{world['name']}@champion"]
-    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
-    with open(log, "w") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=out, env=env, cwd=tmp_path)
+    server, port = _serve(f"models:/{world['name']}@champion", env, tmp_path, log)
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, log.read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
-                time.sleep(0.5)
+        _wait_ping(server, port, log, 2400)
+        text = log.read_text()
+        assert "virtualenv" in text.lower() or "Installing dependencies" in text, text[-2000:]
         rows = [{"id": i, "question": q} for i, q in zip(asked["id"], asked["question"])]
         status, body = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": rows})
         assert status == 200, body
@@ -263,10 +325,56 @@ def test_mlflow_models_serve_answers_a_json_question_over_http(
         for row in expected.to_dict("records"):
             assert served[row["id"]]["answer"] == row["answer"] and served[row["id"]]["reason"] == row["reason"]
             assert served[row["id"]]["supporting_facts"] == row["supporting_facts"]
+        claim = [*rows[:1], {"id": "c", "claim": "Telemundo is owned by NBCUniversal."}]
+        status, body = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": claim})
+        assert status == 200 and body["predictions"][1]["reason"].startswith("a claim to a HotpotQA version"), body
+        assert body["predictions"][0]["answer"] == served[rows[0]["id"]]["answer"]
+        many = [{"id": str(i), "question": "Who?"} for i in range(65)]
+        status, body = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": many})
+        assert status == 400 and "65 rows, more than 64 a call" in body["message"], body
         status, body = _post(f"http://127.0.0.1:{port}/invocations", {"inputs": [{"question": "Who?"}]})
         assert status == 400 and "needs an id" in body["message"]
     finally:
         _stop(server)
+    installed = list((tmp_path / "envs").rglob("site-packages/xh/pyfunc_entry.py"))
+    assert installed, "the loader module came from the project's wheel, installed in the new environment"
+
+
+def test_mlflow_models_generate_dockerfile_gives_an_image_that_installs_the_project_and_its_loaders_packages(
+    world, mlflow_server, tmp_path
+):
+    """`mlflow models build-docker`'s build context (`generate-dockerfile`): the version's requirements name
+    the project's distribution and every package its loader imports, pinned, and the Dockerfile installs them."""
+    from xh.registry import pip_requirements
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
+    out = tmp_path / "docker"
+    done = subprocess.run(
+        [
+            str(BIN / "mlflow"),
+            "models",
+            "generate-dockerfile",
+            "-m",
+            f"models:/{world['name']}@champion",
+            "-d",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    dockerfile = (out / "Dockerfile").read_text()
+    (model_dir,) = {f.parent for f in (out / "model_dir").rglob("MLmodel")}
+    requirements = (model_dir / "requirements.txt").read_text().split()
+    assert sorted(requirements) == sorted(pip_requirements())
+    assert any(r.startswith("transformer-xh-ray==") for r in requirements)
+    assert any(r.startswith("PyStemmer==") for r in requirements)
+    assert "model_dir" in dockerfile and "install" in dockerfile, dockerfile
+    example = json.loads((model_dir / "input_example.json").read_text())
+    assert "question" in json.dumps(example)
 
 
 @pytest.fixture(scope="module")

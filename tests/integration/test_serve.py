@@ -166,3 +166,102 @@ def test_the_rayservice_serve_config_is_a_valid_serve_deploy_config():
     (app,) = config.applications
     assert app.import_path == "xh.serve:app_builder" and app.route_prefix == "/"
     assert config.http_options.host == "0.0.0.0" and config.http_options.port == 8000
+
+
+def _post_raw(url: str, data: bytes) -> tuple[int, dict]:
+    """POST bytes as they are (not necessarily JSON)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def _register_without_record(name: str, backbone: str, tracking: str) -> str:
+    """A version logged as versions were before they kept a pipeline record (it cannot answer questions)."""
+    from xh.model import XHModel
+    from xh.registry import LOADER_MODULE
+
+    mlflow.set_tracking_uri(tracking)
+    mlflow.set_experiment("score-tests")
+    cfg = load_config(None, [f"model.backbone={backbone}", "model.max_node_tokens=64"])
+    with tempfile.TemporaryDirectory() as folder, mlflow.start_run():
+        XHModel.from_backbone(cfg.model).save_pretrained(folder)
+        info = mlflow.pyfunc.log_model(name="model", loader_module=LOADER_MODULE, data_path=folder)
+    return str(mlflow.register_model(info.model_uri, name).version)
+
+
+def test_the_fastapi_app_documents_itself_refuses_bad_bodies_and_answers_each_record_in_its_place(
+    scoring_world,  # noqa: F811
+    two_versions,
+    tiny_backbone,
+    mlflow_server,
+    ray_cluster,
+):
+    """OpenAPI at /docs and /openapi.json; 422 for a body that is not question records; a record whose id looks
+    like a position keeps its own answer (#44 defect 4); a claim, or a record with a question and a claim,
+    to a HotpotQA version is refused (5); a long CJK question without a graph is an answer with its error, not
+    a 500 (12); every answer says how its question got its type (1); a reload to a version that does not
+    load names the version and the cause, not Ray's wrapper (16)."""
+    import urllib.request
+
+    from workflows.serve import serving
+    from xh.serve import call
+
+    name, questions = two_versions, scoring_world["questions"][:2]
+    client = mlflow.MlflowClient()
+    client.set_registered_model_alias(name, "champion", "1")
+    cfg = load_config(None, _overrides(scoring_world, mlflow_server, name, check_s=3600))
+    expected = _expected(cfg, name, "1", questions)
+    with serving(cfg) as served:
+        url = served["url"]
+        status, spec = call(f"{url}/openapi.json")
+        assert status == 200 and {"/answer", "/healthz", "/-/reload"} <= set(spec["paths"]), spec
+        assert set(spec["components"]["schemas"]["Question"]["properties"]) == {
+            "id",
+            "qid",
+            "question",
+            "claim",
+            "type",
+        }
+        with urllib.request.urlopen(f"{url}/docs", timeout=60) as page:
+            assert page.status == 200 and b"swagger" in page.read().lower()
+        for body in (b"{not json", b"[1, 2]", b'{"id": "q", "question": 5}', b'{"id": "q", "text": "Who?"}'):
+            status, refused = _post_raw(f"{url}/answer", body)
+            assert status == 422 and refused["detail"], (body, refused)
+
+        health = call(f"{url}/healthz")[1]
+        assert health["task"] == "hotpot" and health["question_types"].startswith("none: "), health
+        cjk = "".join(chr(0x4E00 + i) for i in range(600)) + "?"  # no BM25 term: no graph
+        batch = [
+            {"id": "#2", "question": questions[0]["question"]},
+            {"question": "no id"},
+            {"id": questions[1]["_id"], "question": questions[1]["question"]},
+            {"id": "cjk", "question": cjk},
+            {"id": "claim", "claim": "Telemundo is owned by NBCUniversal."},
+            {"id": "both", "question": "Who?", "claim": "A claim."},
+        ]
+        status, many = call(f"{url}/answer", batch)
+        assert status == 200 and len(many) == len(batch), many
+        first = expected[questions[0]["_id"]] | {"id": "#2"}
+        _same(many[0], first)
+        assert many[0]["question_type_source"] == "default" and many[0]["question_type"] == "bridge"
+        assert many[1] == {"id": None, "answer": None, "error": "missing id"}
+        _same(many[2], expected[questions[1]["_id"]])
+        assert many[3]["id"] == "cjk" and many[3]["answer"] is None and many[3]["error"], many[3]
+        assert many[4]["error"] == "a claim to a HotpotQA version: it answers questions (give `question`)"
+        assert many[5]["error"] == "both a question and a claim: give one"
+
+        broken = _register_without_record(name, tiny_backbone, mlflow_server)
+        client.set_registered_model_alias(name, "champion", broken)
+        status, done = call(f"{url}/-/reload", {})
+        assert status == 409 and done["version"] == "1", done
+        assert done["reload_error"].startswith(
+            f"{name} v{broken} did not load: NoPipelineRecord: {name} v{broken} was registered without"
+        ), done
+        assert "RayTaskError" not in done["reload_error"] and "ServeReplica" not in done["reload_error"]
+    client.set_registered_model_alias(name, "champion", "1")

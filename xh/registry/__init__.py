@@ -2,7 +2,7 @@
 
     log_and_register(model_dir, run_id=..., cfg=cfg, metrics=..., graphs_uri=...)   # -> version, @challenger
     version = resolve_model("models:/xh-hotpot@champion")   # {"name", "version", "run_id"}: one version
-    model, tokenizer = xh.inference.load_model("models:/xh-hotpot/3")   # the one model loader (a folder too)
+    model, tokenizer = xh.inference.load_model(model_folder("models:/xh-hotpot/3"))   # the one model loader
     model = load_registered("xh-hotpot", "3")            # what promotion, rollback and scoring load
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")   # `xh.pyfunc_entry`: it answers questions
     model.predict(pd.DataFrame({"id": [...], "question": [...]}))          # rows validated as `PyfuncInput`
@@ -28,7 +28,8 @@ flavour naming `xh.pyfunc_entry`, which MLflow imports from the installed `xh` p
 scoring go further (`load_registered`): they read MLmodel as YAML only to find the data folder, and build the
 model with this package's classes, so that nothing written to the artifact store (a `code/` folder, a python
 file, a pickle, another loader module in a rewritten MLmodel) ever runs with the job's credentials. Serving the
-pyfunc (`mlflow models serve`) therefore needs the project installed: the image, or `--env-manager local`.
+pyfunc (`mlflow models serve`) therefore needs the project installed: its requirements pin the project's own
+distribution, so any environment manager rebuilds it (or the image, or `--env-manager local`).
 Promotion evaluates `@challenger` and `@champion` on the same rows and moves `@champion` only when the
 challenger wins by `min_delta` points (the first model, or one facing an unloadable champion, must pass
 `floor`); the move is a compare-and-swap under the registry lock (`xh.registry.lock`), and every version it
@@ -70,6 +71,7 @@ from xh.registry.versions import (
     alias_version,
     data_folder,
     load_registered,
+    model_folder,
     parse_model_uri,
     resolve_model,
     version_files,
@@ -99,6 +101,7 @@ __all__ = [
     "graph_input",
     "input_columns",
     "load_registered",
+    "model_folder",
     "version_folder",
     "log_and_register",
     "model_flavour",

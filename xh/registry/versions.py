@@ -74,10 +74,18 @@ def data_folder(local: Path, meta: dict, what: str) -> str:
 
 
 def version_folder(name: str, version: str) -> str:
-    """A registered version's saved-model folder, downloaded (`data_folder`): what `xh.inference.load_model`
-    loads a `models:/` URI from."""
+    """A registered version's saved-model folder, downloaded (`data_folder`)."""
     local, meta = version_files(name, version)
     return data_folder(local, meta, f"{name} version {version}")
+
+
+def model_folder(source: str) -> str:
+    """A model's saved folder: `source` itself, or for a registered version (`models:/NAME/VERSION` or
+    `models:/NAME@ALIAS`) its data folder, downloaded (`version_folder`): what `xh.inference.load_model` loads."""
+    if not source.startswith("models:/"):
+        return source
+    found = resolve_model(source)
+    return version_folder(found["name"], found["version"])
 
 
 def load_registered(name: str, version: str) -> LoadedVersion:

@@ -57,3 +57,21 @@ def test_the_graph_and_model_deployments_autoscale_between_the_configured_replic
     }
     assert scaled["model"]["autoscaling_config"]["max_replicas"] == 3
     assert scaled["model"]["ray_actor_options"]["num_gpus"] == 1 and "num_replicas" not in scaled["model"]
+
+
+def test_the_served_config_names_local_places_absolutely_for_replicas_started_elsewhere(tmp_path, monkeypatch):
+    """A relative `storage.root` (and index, tables, classifier) is resolved in the driver's folder before the
+    replicas build the version's pipeline in theirs (a cluster started in another folder)."""
+    from xh.stages.serve import absolute_places
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(
+        None,
+        ["storage.root=runs/demo", "retrieve.tables=runs/demo/tables", "serve.question_classifier=models/qt"],
+    )
+    used = absolute_places(cfg)
+    assert used.storage.root == str(tmp_path / "runs" / "demo")
+    assert used.retrieve.tables == str(tmp_path / "runs" / "demo" / "tables") and used.retrieve.index is None
+    assert used.serve.question_classifier == str(tmp_path / "models" / "qt")
+    s3 = absolute_places(load_config(None, ["storage.root=s3://bucket/xh"]))
+    assert s3.storage.root == "s3://bucket/xh"
