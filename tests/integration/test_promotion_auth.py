@@ -61,7 +61,7 @@ def auth_server(tmp_path_factory):
         proc = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, cwd=work)
     try:
         uri = f"http://127.0.0.1:{port}"
-        _wait_http(f"{uri}/health", proc, 180, log)  # /health needs no user, as the manifest's probes rely on
+        _wait_http(f"{uri}/health", proc, 300, log)  # /health needs no user, as the manifest's probes rely on
         for user in (PIPELINE, READER):
             created = _call(uri, "2.0/mlflow/users/create", {"username": user[0], "password": user[1]}, ADMIN)
             assert created[0] == 200, created
