@@ -113,6 +113,7 @@ def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing
     run = client.get_run(decision["decision_run_id"])
     assert run.data.tags["outcome"] == "would promote" and run.data.tags["dry_run"] == "true"
     rows, _ = held_set({"graphs": world_graphs, **SPLIT}, "gate")
+    mlflow.set_experiment(experiment_id=run.info.experiment_id)  # load_table reads the current experiment's runs
     table = mlflow.load_table(promote.TABLE, run_ids=[run.info.run_id])
     assert len(table) == 2 * len(rows) > 0
     for version, role in (("1", "champion"), ("2", "challenger")):
