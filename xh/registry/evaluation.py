@@ -48,14 +48,20 @@ def evaluation_set(
     run_id, record = training_split(name, version)
     if eval_set is None:
         if record is None or not has_part(record, "gate"):
-            why = f"its run {run_id or '(none)'} " + ("recorded no split" if record is None else "held out no gate split")
+            why = f"its run {run_id or '(none)'} " + (
+                "recorded no split" if record is None else "held out no gate split"
+            )
             raise ConfigError(
                 f"{name} version {version} has no gate set ({why}): name held-out graphs with promote.eval_set "
                 "(--eval-set), or train with train.gate_fraction > 0"
             )
         rows, missed = held_set(record, "gate", store)
         uri, folder = part_uri(record, "gate"), record["graphs"]
-        profile = {"split": "gate", "gate_fraction": record["gate_fraction"], "question_types": record["question_types"]}
+        profile = {
+            "split": "gate",
+            "gate_fraction": record["gate_fraction"],
+            "question_types": record["question_types"],
+        }
     else:
         rows, missed = read_eval_set(eval_set), quarantined_qids(eval_set)
         uri = folder = eval_set.uri

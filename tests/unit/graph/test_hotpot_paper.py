@@ -17,9 +17,9 @@ from tests.unit.model.test_model import EIFFEL, GUSTAVE, STATUE, make_graph, mak
 from xh import schemas
 from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.eval.hotpot import evaluate_hotpot
+from xh.eval.official import hotpot_gold, hotpot_prediction_file
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.store import qids_of_quarantine, quarantined_qids
-from xh.eval.official import hotpot_gold, hotpot_prediction_file
 from xh.inference import RoutedModel, load_model, predict_graphs, save_routed
 from xh.model import collate, decode
 

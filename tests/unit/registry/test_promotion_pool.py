@@ -1,10 +1,10 @@
-"""The size of promotion's actor pool (xh.promotion.pool_size)."""
+"""The size of promotion's actor pool (xh.stages.promote.pool_size)."""
 
 from __future__ import annotations
 
 import pytest
 
-from xh.promotion import pool_size
+from xh.stages.promote import pool_size
 
 pytestmark = pytest.mark.unit
 
