@@ -72,6 +72,7 @@ import math
 import posixpath
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,6 +127,11 @@ PRODUCT_ENTRIES = 1 << 20
 # Documents scored at a time from the frequent terms' dense rows when a query's top k needs the
 # documents with frequent terms only: no working array spans the whole shard.
 FREQUENT_BLOCK = 1 << 16
+# The compiled scorer is used where numba imports and this is on; queries of more distinct terms than
+# LONG_QUERY take the numpy path (the compiled one looks at each of a query's lists per document).
+USE_KERNEL = True
+LONG_QUERY = 256
+_KERNEL = None  # the compiled scorer once imported; False where numba is missing
 
 
 class ShardFileError(OSError):
@@ -274,6 +280,29 @@ class CorpusStats:
 # ------------------------------------------------------------------------------------------------
 
 
+def term_max(weights: sp.csr_array) -> np.ndarray:
+    """Each term's largest weight (its row's maximum): what it can add to one document, per count."""
+    if not weights.nnz:
+        return np.zeros(weights.shape[0])
+    starts = np.minimum(weights.indptr[:-1], weights.nnz - 1)
+    return np.where(np.diff(weights.indptr) > 0, np.maximum.reduceat(weights.data, starts), 0.0)
+
+
+def compiled_kernel():
+    """The compiled top-k scorer (`xh.retrieval.bm25_kernel.top_k_batch`), or None where numba is not
+    installed or `USE_KERNEL` is off; imported on first use (numba takes a second to import)."""
+    global _KERNEL
+    if not USE_KERNEL:
+        return None
+    if _KERNEL is None:
+        try:
+            from xh.retrieval.bm25_kernel import top_k_batch
+        except ImportError:
+            top_k_batch = False
+        _KERNEL = top_k_batch
+    return _KERNEL or None
+
+
 def _top_k(scores: np.ndarray, positions: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best entries: score descending, then position ascending."""
     n = len(scores)
@@ -368,27 +397,34 @@ class BM25Shard:
         if self.prepared is not None:
             p = self.prepared
             self._has_nonpositive = bool(p["has_nonpositive"])
-            self._slot, self._dense, self._dense_max = p["slot"], p["dense"], p["dense_max"]
+            self._slot, self._dense_rows, self._dense_max = p["slot"], p["dense"], p["dense_max"]
+            self._term_max = p["term_max"] if "term_max" in p else term_max(self.weights)
             return
         # Some w(t, d) <= 0 only in a degenerate corpus (average idf <= 0); results then keep
         # positive scores only, and frequent-term pruning (whose bound needs w >= 0) is off.
         self._has_nonpositive = bool((self.weights.data <= 0).any())
-        self._prepare_frequent_terms()
-
-    def _prepare_frequent_terms(self) -> None:
-        """Dense rows and largest weights of the frequent terms (chosen by corpus-wide df, so every
-        shard of an index picks the same terms and adds weights in the same order)."""
+        self._term_max = term_max(self.weights)
+        # The frequent terms, chosen by corpus-wide df, so every shard of an index picks the same terms
+        # and adds weights in the same order; their dense rows are built when the numpy path first needs them.
         frequent = np.flatnonzero(self.term_dfs >= self.stats["frequent_df"])
         if self._has_nonpositive:
             frequent = frequent[:0]
-        indptr, docs, values = self.weights.indptr, self.weights.indices, self.weights.data
         self._slot = np.full(len(self.terms), -1, dtype=np.int64)  # term row -> row of _dense, or -1
         self._slot[frequent] = np.arange(len(frequent))
-        self._dense = np.zeros((len(frequent), self.num_docs))
-        self._dense_max = np.zeros(len(frequent))
-        for slot, row in enumerate(frequent.tolist()):
-            self._dense[slot, docs[indptr[row] : indptr[row + 1]]] = values[indptr[row] : indptr[row + 1]]
-            self._dense_max[slot] = values[indptr[row] : indptr[row + 1]].max()
+        self._dense_max = self._term_max[frequent]
+        self._dense_rows = None
+
+    @property
+    def _dense(self) -> np.ndarray:
+        """The frequent terms' weights as dense rows (8 bytes per document each), for the numpy path."""
+        if self._dense_rows is None:
+            indptr, docs, values = self.weights.indptr, self.weights.indices, self.weights.data
+            frequent = np.flatnonzero(self._slot >= 0)
+            dense = np.zeros((len(frequent), self.num_docs))
+            for slot, row in enumerate(frequent.tolist()):
+                dense[slot, docs[indptr[row] : indptr[row + 1]]] = values[indptr[row] : indptr[row + 1]]
+            self._dense_rows = dense
+        return self._dense_rows
 
     @property
     def num_docs(self) -> int:
@@ -414,9 +450,11 @@ class BM25Shard:
         return self.doc_start + self.num_docs
 
     def memory_bytes(self) -> int:
-        """Bytes of the shard's arrays in memory: the weight matrix and the frequent terms' dense rows."""
-        w = self.weights
-        return w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self._dense.nbytes + self.doc_lengths.nbytes
+        """Bytes of the shard's arrays in memory: the weight matrix, each term's largest weight, and the
+        frequent terms' dense rows once the numpy path has built them."""
+        w, dense = self.weights, self._dense_rows
+        held = w.data.nbytes + w.indices.nbytes + w.indptr.nbytes + self._term_max.nbytes + self.doc_lengths.nbytes
+        return held + (0 if dense is None else dense.nbytes)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -474,23 +512,87 @@ class BM25Shard:
 
     # -- searching -----------------------------------------------------------------------------
 
-    def search(self, queries: Sequence[Sequence[str]], k: int = 100, *, batch_size: int = 256) -> list[SearchResult]:
+    def search(
+        self, queries: Sequence[Sequence[str]], k: int = 100, *, batch_size: int = 256, threads: int = 1
+    ) -> list[SearchResult]:
         """Top-k documents of each query (a list of terms from this shard's analyzer).
 
-        Queries are scored `batch_size` at a time with one sparse matrix product; fewer than
-        `SMALL_BATCH` queries take a path without scipy's per-call set-up (same scores, bit for bit).
+        With numba installed, a compiled scorer (`xh.retrieval.bm25_kernel`) walks each query's posting
+        lists with pruning, `threads` threads at once; queries of more than `LONG_QUERY` distinct terms,
+        and every query without numba, take the numpy path: `batch_size` queries at a time in one
+        sparse matrix product, or fewer than `SMALL_BATCH` without scipy's per-call set-up. Every path
+        gives the same documents and the same floats.
         """
         if k < 1:
             raise ValueError(f"k must be at least 1, got {k}")
+        kernel = None if self._has_nonpositive else compiled_kernel()
         results: list[SearchResult] = []
         for start in range(0, len(queries), batch_size):
             batch = queries[start : start + batch_size]
-            if len(batch) < SMALL_BATCH:
-                matches = self._match_small(batch)
-                results.extend(_empty(m) if isinstance(m, str) else self._top(*m, k) for m in matches)
+            results.extend(self._search_numpy(batch, k) if kernel is None else self._search_compiled(batch, k, threads))
+        return results
+
+    def _search_numpy(self, batch: Sequence[Sequence[str]], k: int) -> list[SearchResult]:
+        if len(batch) < SMALL_BATCH:
+            matches = self._match_small(batch)
+            return [_empty(m) if isinstance(m, str) else self._top(*m, k) for m in matches]
+        return [result for part in self._product_parts(batch) for result in self._search_batch(part, k)]
+
+    def _kernel_terms(self, queries: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The queries as the compiled scorer reads them: (query_ptr, term rows, counts), each query's
+        distinct known terms in the order every path adds their weights (other terms, then frequent ones,
+        each by row); and each query's number of distinct known terms."""
+        rows, n = self.term_rows, len(queries)
+        columns = np.array([rows.get(t, -1) for tokens in queries for t in tokens], dtype=np.int64)
+        query_of = np.repeat(np.arange(n, dtype=np.int64), [len(tokens) for tokens in queries])
+        known = columns >= 0
+        columns, query_of = columns[known], query_of[known]
+        num_terms = max(len(self.terms), 1)
+        key = (query_of * 2 + (self._slot[columns] >= 0)) * num_terms + columns
+        distinct, counts = np.unique(key, return_counts=True)
+        query, terms = distinct // (2 * num_terms), distinct % num_terms
+        per_query = np.bincount(query, minlength=n)
+        query_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(per_query, out=query_ptr[1:])
+        return query_ptr, terms, counts.astype(np.float64), per_query
+
+    def _search_compiled(self, queries: Sequence[Sequence[str]], k: int, threads: int) -> list[SearchResult]:
+        """`search` of one batch with the compiled scorer; the threads share the batch's queries."""
+        query_ptr, terms, counts, per_query = self._kernel_terms(queries)
+        n = len(queries)
+        long = np.flatnonzero(per_query > LONG_QUERY)
+        if len(long):  # left to the numpy path: the compiled one proposes documents term by term
+            per_query = per_query.copy()
+            per_query[long] = 0
+            keep = np.repeat(per_query > 0, np.diff(query_ptr))
+            terms, counts = terms[keep], counts[keep]
+            np.cumsum(per_query, out=query_ptr[1:])
+        out_docs, out_scores = np.zeros((n, k), np.int64), np.zeros((n, k), np.float64)
+        out_n = np.zeros(n, np.int64)
+        w, kernel = self.weights, compiled_kernel()
+
+        def run(a: int, b: int) -> None:
+            kernel(w.indptr, w.indices, w.data, self._term_max, query_ptr[a : b + 1], terms, counts, k,
+                   out_docs[a:b], out_scores[a:b], out_n[a:b])  # fmt: skip
+
+        cuts = np.linspace(0, n, max(1, min(threads, n)) + 1).astype(int).tolist()
+        if len(cuts) > 2:
+            with ThreadPoolExecutor(len(cuts) - 1) as pool:
+                list(pool.map(run, cuts[:-1], cuts[1:]))
+        else:
+            run(0, n)
+        held = np.arange(k) < out_n[:, None]
+        rows, scores = out_docs[held], out_scores[held]
+        ids, positions = self.doc_ids_at(rows), rows + np.int64(self.doc_start)
+        ends = np.cumsum(out_n).tolist()
+        results = []
+        for q, (a, b) in enumerate(zip([0, *ends[:-1]], ends)):
+            if a < b:
+                results.append(SearchResult(ids[a:b], scores[a:b], positions[a:b]))
             else:
-                for part in self._product_parts(batch):
-                    results.extend(self._search_batch(part, k))
+                results.append(_empty(UNKNOWN_TERMS if len(queries[q]) else NO_TERMS))
+        for q, result in zip(long.tolist(), self._search_numpy([queries[q] for q in long.tolist()], k)):
+            results[q] = result
         return results
 
     def _product_parts(self, queries: Sequence[Sequence[str]]) -> list[Sequence[Sequence[str]]]:
@@ -542,7 +644,7 @@ class BM25Shard:
         matrix = sp.csr_array(
             (np.ones(int(other.sum())), (query_of[other], columns[other])), shape=(len(queries), len(self.terms))
         )
-        num_slots = max(len(self._dense), 1)
+        num_slots = max(len(self._dense_max), 1)
         pairs, counts = np.unique(query_of[~other] * np.int64(num_slots) + slots[~other], return_counts=True)
         frequent = (pairs // num_slots, pairs % num_slots, counts.astype(np.float64))
         return matrix, frequent, np.bincount(query_of, minlength=len(queries))

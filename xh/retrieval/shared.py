@@ -15,7 +15,7 @@ when complete; a builder killed half-way leaves nothing that a later one would r
 What is laid out: a local index's weight and doc-index arrays are mapped where the index stage wrote
 them (checked against the shard's manifest once, by the builder); an s3:// index's are fetched into
 the layout, once per node. Everything a process used to derive when it loaded (the term lookup, the
-frequent terms' dense rows, the linker's surface index built from the anchors and titles, the link
+frequent terms' dense rows, each term's largest weight, the linker's surface index built from the anchors and titles, the link
 graph's in-link order, the doc id lookup) is derived once, by the builder, and written beside them.
 
 A layout is named by a digest of the index's and tables' files (path, size, modification time), so a
@@ -48,7 +48,7 @@ from xh.retrieval.index import load_index, read_manifest
 from xh.store import Location, located
 
 CACHE_ENV = "XH_NODE_CACHE"
-LAYOUT = "xh-retrieval-node-layout/1"
+LAYOUT = "xh-retrieval-node-layout/2"
 READY = "layout.json"
 # Terms looked up by one process and remembered (a query vocabulary is small next to the corpus's).
 TERM_MEMO = 1 << 18
@@ -187,6 +187,7 @@ def _write_shard(folder: Path, shard: BM25Shard, local_files: dict[str, str] | N
     _save(folder, "slot", shard._slot)
     _save(folder, "dense", shard._dense)
     _save(folder, "dense_max", shard._dense_max)
+    _save(folder, "term_max", shard._term_max)
     return {
         "analyzer": shard.analyzer.settings(),
         "params": {"k1": shard.params.k1, "b": shard.params.b, "epsilon": shard.params.epsilon},
@@ -321,6 +322,7 @@ def _map_shard(folder: Path, meta: dict) -> BM25Shard:
             "slot": _map(folder / "slot.npy"),
             "dense": _map(folder / "dense.npy"),
             "dense_max": _map(folder / "dense_max.npy"),
+            "term_max": _map(folder / "term_max.npy"),
         },
     )
 

@@ -1,0 +1,219 @@
+"""Exact top-k BM25 of a batch of queries, compiled with numba: document at a time, MaxScore pruning.
+
+`xh.retrieval.bm25` uses it when numba imports (it is optional: without it the numpy path scores the same
+floats, slower). The weights are the shard's CSR rows (one per term, documents ascending); each term's
+largest weight (`term_max`) bounds what it can add to a document.
+
+Per query, the terms' posting lists are walked together in document order (each list keeps a cursor).
+The best k so far sit in a heap; once it is full, its worst score is the threshold a document must beat.
+The terms, sorted by their bound (largest weight x count), split in two: the first ones, whose bounds
+together cannot beat the threshold, are "non-essential": a document found in none of the others cannot
+enter, so only the essential lists propose documents, and a proposed document looks the non-essential
+ones up (a forward search in their lists) only while its best possible score could still beat the
+threshold (MaxScore, Turtle and Flood 1995). Documents arrive in ascending order, so a document tying
+the threshold never enters (ties go to the earlier document): the order of `bm25._top_k`.
+
+Exactness: a document that passes is scored by adding its terms' weights in the query's term order (the
+order the numpy path adds in), so the scores are the numpy path's floats, bit for bit. The bounds are
+compared with a relative margin (`MARGIN`) far above the rounding of a sum, so no document that could
+enter is ever skipped. Every weight must be positive (the caller checks).
+
+No array here spans the shard: the working memory of a query is a few arrays of its own terms and k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Relative slack on every pruning bound: a bound is a sum of up to a few thousand terms in another order
+# than the score's, off by at most ~1e-13 relative; this is far above that and prunes as well.
+MARGIN = 1e-9
+NO_DOC = np.iinfo(np.int64).max
+# Documents scored together: one window's running sums stay in the processor's fast cache.
+WINDOW = 4096
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _worse(s1, d1, s2, d2):
+    """Is (s1, d1) ranked after (s2, d2)? Score descending, then document ascending."""
+    return s1 < s2 or (s1 == s2 and d1 > d2)
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(hs, hd, n, i):
+    """Restore the heap below i: the worst entry at the root."""
+    while True:
+        left, worst = 2 * i + 1, i
+        if left < n and _worse(hs[left], hd[left], hs[worst], hd[worst]):
+            worst = left
+        if left + 1 < n and _worse(hs[left + 1], hd[left + 1], hs[worst], hd[worst]):
+            worst = left + 1
+        if worst == i:
+            return
+        hs[i], hs[worst] = hs[worst], hs[i]
+        hd[i], hd[worst] = hd[worst], hd[i]
+        i = worst
+
+
+@njit(cache=True, nogil=True)
+def _push(hs, hd, n, score, doc):
+    """Add an entry to a heap of n entries (room assumed); returns the new size."""
+    i = n
+    hs[i], hd[i] = score, doc
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _worse(hs[i], hd[i], hs[parent], hd[parent]):
+            break
+        hs[i], hs[parent] = hs[parent], hs[i]
+        hd[i], hd[parent] = hd[parent], hd[i]
+        i = parent
+    return n + 1
+
+
+@njit(cache=True, nogil=True)
+def _seek(indices, lo, hi, doc):
+    """First position in indices[lo:hi] (ascending) holding doc or more: galloping, then bisection."""
+    step = 1
+    while lo + step < hi and indices[lo + step] < doc:
+        lo += step
+        step *= 2
+    top = min(lo + step, hi)
+    while lo < top:
+        mid = (lo + top) // 2
+        if indices[mid] < doc:
+            lo = mid + 1
+        else:
+            top = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _score(indices, weights, terms_lo, stop, counts, doc):
+    """A document's exact score: its terms' weights added in the query's term order (a search per list)."""
+    score = 0.0
+    for j in range(len(counts)):
+        p = _seek(indices, terms_lo[j], stop[j], doc)
+        if p < stop[j] and indices[p] == doc:
+            score += counts[j] * weights[p]
+    return score
+
+
+@njit(cache=True, nogil=True)
+def _may_enter(indices, weights, counts, order, prefix, lo, stop, essential, partial, doc, theta):
+    """Can a document whose walked lists add `partial` beat the threshold? The lists not walked are
+    looked up largest bound first, each bound replaced by what the list adds, until the best the
+    document can still reach falls below the threshold (no) or every list is read (yes)."""
+    for r in range(essential - 1, -1, -1):
+        if partial * (1.0 + MARGIN) + prefix[r] < theta:
+            return False
+        j = order[r]
+        p = _seek(indices, lo[j], stop[j], doc)
+        if p < stop[j] and indices[p] == doc:
+            partial += counts[j] * weights[p]
+    return partial * (1.0 + MARGIN) >= theta
+
+
+@njit(cache=True, nogil=True)
+def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, out_scores, work, acc, touched):
+    """The top k of one query (its distinct term rows in adding order, their counts) into out_*;
+    returns how many. `work` holds scratch arrays sized for the batch's longest query, `acc` and
+    `touched` a window's (zeros in `acc` between calls)."""
+    m = len(terms)
+    cur, stop, lo, bound, order, prefix, essential_flag = work
+    for j in range(m):
+        cur[j], stop[j] = indptr[terms[j]], indptr[terms[j] + 1]
+        bound[j] = counts[j] * term_max[terms[j]]
+        essential_flag[j] = True
+    order[:m] = np.argsort(bound[:m])  # ascending bound: the non-essential terms are a prefix
+    total = 0.0
+    for r in range(m):
+        total += bound[order[r]]
+        prefix[r] = total * (1.0 + MARGIN)  # bound of a document holding terms order[0..r] only
+    hs, hd = out_scores, out_docs
+    n, essential, theta = 0, 0, -1.0
+    while True:
+        start = NO_DOC  # the window starts at the next document of an essential list
+        for j in range(m):
+            if essential_flag[j] and cur[j] < stop[j] and indices[cur[j]] < start:
+                start = indices[cur[j]]
+        if start == NO_DOC:
+            break
+        end, scattered_all, found = start + WINDOW, essential == 0, 0
+        for j in range(m):  # in the query's order, so that a window of every term adds as the numpy path
+            if not essential_flag[j]:
+                cur[j] = _seek(indices, cur[j], stop[j], start)
+                lo[j] = cur[j]
+                continue
+            lo[j] = p = cur[j]
+            while p < stop[j] and indices[p] < end:
+                d = indices[p] - start
+                if acc[d] == 0.0:  # weights are positive: a first visit
+                    touched[found] = d
+                    found += 1
+                acc[d] += counts[j] * weights[p]
+                p += 1
+            cur[j] = p
+        for i in range(found):
+            d = touched[i]
+            score, doc = acc[d], start + d
+            acc[d] = 0.0
+            if not scattered_all:
+                if n == k and not _may_enter(
+                    indices, weights, counts, order, prefix, lo, stop, essential, score, doc, theta
+                ):
+                    continue
+                score = _score(indices, weights, lo[:m], stop[:m], counts, doc)
+            if n < k:
+                n = _push(hs, hd, n, score, doc)
+            elif _worse(hs[0], hd[0], score, doc):
+                hs[0], hd[0] = score, doc
+                _sift_down(hs, hd, n, 0)
+            else:
+                continue
+            if n == k:
+                theta = hs[0]
+                while essential < m and prefix[essential] < theta:
+                    essential_flag[order[essential]] = False
+                    essential += 1
+    for last in range(n - 1, 0, -1):  # heap -> best first: pop the worst to the end, repeatedly
+        hs[0], hs[last] = hs[last], hs[0]
+        hd[0], hd[last] = hd[last], hd[0]
+        _sift_down(hs, hd, last, 0)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def top_k_batch(indptr, indices, weights, term_max, query_ptr, terms, counts, k, out_docs, out_scores, out_n):
+    """Query q's terms are terms[query_ptr[q]:query_ptr[q + 1]] (distinct rows, in the order their
+    weights are added), with counts; its top k goes to out_docs[q], out_scores[q] (best first), and
+    how many to out_n[q]. Releases the GIL: threads may run parts of a batch at once."""
+    longest = 0
+    for q in range(len(query_ptr) - 1):
+        longest = max(longest, query_ptr[q + 1] - query_ptr[q])
+    work = (
+        np.empty(longest, np.int64),
+        np.empty(longest, np.int64),
+        np.empty(longest, np.int64),
+        np.empty(longest, np.float64),
+        np.empty(longest, np.int64),
+        np.empty(longest, np.float64),
+        np.empty(longest, np.bool_),
+    )
+    acc, touched = np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64)
+    for q in range(len(query_ptr) - 1):
+        a, b = query_ptr[q], query_ptr[q + 1]
+        out_n[q] = _one_query(
+            indptr,
+            indices,
+            weights,
+            term_max,
+            terms[a:b],
+            counts[a:b],
+            k,
+            out_docs[q],
+            out_scores[q],
+            work,
+            acc,
+            touched,
+        )
