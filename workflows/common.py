@@ -58,9 +58,6 @@ def init_ray(cfg: XHConfig, worker_output: bool = True) -> None:
             sys.modules["transformers"].utils.logging.disable_progress_bar()
         elif "huggingface_hub" in sys.modules:
             sys.modules["huggingface_hub"].utils.disable_progress_bars()
-        if not worker_output:
-            # the driver's own core worker writes Ray Data's actor-restart notes to stderr at ERROR
-            os.environ["RAY_BACKEND_LOG_LEVEL"] = "fatal"
     ray.init(
         address=address,
         num_cpus=cfg.ray.num_cpus if local else None,

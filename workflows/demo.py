@@ -11,7 +11,7 @@ hands them, the check against the generator's truth, the held-out questions, the
 from __future__ import annotations
 
 from workflows import graphs, qtype, rerank, retrieve, score, serve, synth, train, wiki
-from workflows.common import init_ray
+from workflows.common import init_ray, verbose
 from xh.config import XHConfig
 from xh.stages import demo
 from xh.store import Store
@@ -52,6 +52,7 @@ def run_hotpot(cfg: XHConfig, store: Store, stage: demo.Stages) -> None:
 def served(cfg: XHConfig, store: Store, classifier: str) -> dict:
     """A held-out question through `xh serve`'s app serving @champion, started briefly in-process."""
     questions, _ = demo.held_out(cfg, store)
+    demo.quiet_serve_driver(verbose())
     with serve.serving(demo.serve_config(cfg, classifier)) as app:
         return demo.ask(app["url"], questions[0])
 

@@ -107,6 +107,16 @@ def ordered_data() -> None:
     ray.data.DataContext.get_current().execution_options.preserve_order = True
 
 
+def quiet_serve_driver(verbose: bool) -> None:
+    """Importing Ray Serve sets its driver-side logger to INFO ("Started Serve in namespace ..."): back to
+    errors only unless -v, once imported (a level set before the import would be overwritten)."""
+    import logging
+
+    import ray.serve  # noqa: F401
+
+    logging.getLogger("ray.serve").setLevel(logging.INFO if verbose else logging.ERROR)
+
+
 # --- the configs the demo hands its stages -----------------------------------------------------------
 
 
