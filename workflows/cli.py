@@ -44,7 +44,7 @@ from xh.config import (
 from xh.jsonfiles import InputFileError
 from xh.storage import StorageSettingsError
 from xh.store import Store
-from xh.tracking import check_tracking, redact_tree
+from xh.tracking import redact_tree
 
 # Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError, InputFileError, StorageSettingsError)
@@ -67,13 +67,12 @@ def configure_logging(verbosity: int = 0) -> None:
 
 def check_before_ray(cfg: XHConfig, stage: str) -> None:
     """What a stage can refuse before any work (one line, exit 2): each s3:// location it reads without an
-    S3 endpoint configured (the demo's: every section's) and a tracking store or artifact location a Ray
-    job would lose. URI schemes and dates are checked when the config is read (`xh.config.load_config`);
-    a registry that does not exist, before MLflow opens it (`xh.tracking.configure`)."""
+    S3 endpoint configured (the demo's: every section's). URI schemes and dates are checked when the config
+    is read (`xh.config.load_config`); the tracking store, when a stage first opens it (`xh.tracking.configure`:
+    a store or artifact location a Ray job would lose, a registry that does not exist)."""
     store = Store.from_config(cfg)
     for _, uri in storage_uris(cfg, None if stage == "demo" else STAGES.get(stage)):
         store.require_endpoint(uri)
-    check_tracking(cfg.mlflow)
 
 
 # `xh --help` lists the stages in the order the pipeline runs them, then the tools.
