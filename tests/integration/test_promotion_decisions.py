@@ -206,7 +206,7 @@ def _kill_promoting_v3(mlflow_server: str, name: str) -> None:
 
 
 def test_a_promotion_killed_inside_its_locked_step_leaves_a_history_that_rollback_reads_right(
-    world_graphs, tiny_backbone, mlflow_server, s3_endpoint
+    tiny_backbone, mlflow_server, s3_endpoint, tmp_path
 ):
     """Killed between its history write and its alias move: the history's last entry is still the champion.
     Neither a later promotion nor a rollback may step to that version again."""
@@ -218,8 +218,11 @@ def test_a_promotion_killed_inside_its_locked_step_leaves_a_history_that_rollbac
     f1 = {"1": 0.3, "2": 0.5, "3": 0.9}
     fixed_f1 = lambda model, version, *a: {"f1": f1[version]}  # noqa: E731
     history = lambda: json.loads(client.get_registered_model(name).tags["champion_history"])  # noqa: E731
+    from tests.unit.train.test_train_split import _graphs
+
+    graphs = _graphs(tmp_path / "graphs", {"q1": "bridge"})  # what the versions record; no Ray needed here
     for seed in (1, 2, 3):
-        test_score._register(name, tiny_backbone, world_graphs, mlflow_server, seed=seed)
+        test_score._register(name, tiny_backbone, graphs, mlflow_server, seed=seed)
     for version in ("1", "2"):
         assert registry.promote(name, [], metric="f1", challenger_version=version, evaluate=fixed_f1)["promoted"]
     _kill_promoting_v3(mlflow_server, name)
