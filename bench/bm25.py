@@ -1,35 +1,35 @@
-"""Benchmark: the project's exact BM25 against rank-bm25 (the reference) and bm25s (the fast peer), same run.
+"""Benchmark: the project's exact BM25 against bm25s (the fast peer) and rank-bm25 (the reference), same run.
 
     .venv/bin/python bench/bm25.py --hotpot ../shared/data/hotpotqa/hotpot_train_sample500.json
-    .venv/bin/python bench/bm25.py --hotpot FILE --synthetic-docs 5000 --rank-bm25-queries 50
+    .venv/bin/python bench/bm25.py --hotpot FILE --docs 20000 1000000 5230000 --worlds DIR --runs 2 --repeat 1
 
-The corpus: the context paragraphs of a HotpotQA-format file (title + text, one document per
-title) plus N generated paragraphs from `xh.synth` (default: enough for 20,000 documents); the
-queries: the file's questions. Every system gets the same token lists from `xh.retrieval.analyzer`.
+Per size N in `--docs`: the context paragraphs of a HotpotQA-format file (one document per title) and
+generated pages of `xh.synth` (seed 13, the generator of `bench/scale.py`'s worlds) up to N documents,
+analyzed once and kept under `--worlds/<N>` (a large world takes minutes to generate); the queries: the
+file's questions. Every system gets the same token lists from `xh.retrieval.analyzer`. One JSON line per
+size (after a first line of versions and the load average):
 
-    qps_project       queries/s of `BM25Shard.search` (top 10), all queries in one batched call
-    qps_project_k100  the same for the top 100 (the paper's BM25 depth)
-    latency_ms_p50    one query per call, median
-    qps_rank_bm25     `BM25Okapi.get_scores` + `np.argsort` (how its users take a top 10), per query
-    qps_bm25s         `bm25s.BM25.retrieve` (top 10, all queries in one call, its default numpy backend)
-    qps_bm25s_numba   the same with bm25s's numba backend (one thread, as the others), where numba is
-                      installed (`pip install -e '.[bench]'`); its JIT compile is left to the warm-up
-    ratio             qps_project / qps_rank_bm25       (target >= 500)
-    ratio_vs_bm25s    qps_project / qps_bm25s           (target >= 1.0)
-    ratio_vs_bm25s_numba  qps_project / qps_bm25s_numba
-    bm25s_numba_same_top10  on every run, the numba backend's top-10 scores are the numpy backend's (1e-6)
-    top10_identical   on every run, the project's top 10 is rank-bm25's for every query checked, ties aware: same
-                      length, scores within 1e-6 of rank-bm25's sorted scores, and every returned
-                      document's rank-bm25 score within 1e-6 of the score returned
-    build_seconds     CorpusStats + BM25Shard.build from token lists (analysis timed apart)
-    bytes_per_doc     size of the saved shard (all files) / documents
-    memory_bytes_per_doc  the searchable shard's arrays in memory (CSR + frequent terms' dense rows)
+    project, project_2t            queries/s of `BM25Shard.search` (top k, one batched call), 1 and 2 threads
+                                   (the compiled scorer where numba is installed)
+    bm25s_numba, bm25s_numba_2t    `bm25s.BM25.retrieve` with its numba backend, 1 and 2 threads (n_threads)
+    ratio_vs_bm25s_numba(_2t)      project / bm25s numba in the same run (per run, then min and median)
+    bm25s_numpy                    bm25s's default numpy backend, on the first `--bm25s-numpy-queries`
+    project_numpy_path             the project without the compiled scorer (its numpy path)
+    build_seconds, build_peak_mib  `CorpusStats` + `BM25Shard.build` from token lists, and the peak resident
+                                   memory above the level before it (sampled every 5 ms); bm25s_build_*: its
+                                   `index` on the same tokens
+    memory_bytes_per_doc           the searchable shard's arrays in memory
+    checks                         numpy_path_identical, threads_identical: the same documents and floats;
+                                   bm25s_same_top10: queries whose top k scores are bm25s's times (k1 + 1)
+                                   (bm25s leaves that constant out; it sums float32, so within 1e-5
+                                   relative), of bm25s_compared; rank_bm25 (up to `--rank-bm25-max-docs`,
+                                   its memory grows with N): on the first `--rank-bm25-queries`, the top k
+                                   equal to rank-bm25's ties aware (`agrees`), in the project's tie order on
+                                   rank-bm25's floats (same_order), and rank-bm25's rate
 
-The three systems are measured `--runs` times (default 5) in one process, each run checked for exact
-scores; the throughputs and ratios are reported as min and median over the runs (and the ratios per
-run), since other work on the machine moves them. Within a run, the fast systems' timed sections are
-repeated (`--repeat`) and the best kept. bm25s and numba are benchmark-only dependencies (the `bench`
-extra).
+Each size measures every system `--runs` times, interleaved, each the best of `--repeat`; throughputs
+are reported as min and median over the runs. JIT compiles are left to warm-ups. bm25s and numba are
+benchmark-only dependencies (the `bench` extra); rank-bm25 is a test dependency.
 """
 
 from __future__ import annotations

@@ -16,9 +16,15 @@ A batch of queries becomes a sparse query x term matrix of token counts, and one
 product gives every (query, document) score; only documents that share a term with a query
 appear, and top-k is an `argpartition` over those. No Python loop runs over documents.
 
+With numba installed (optional), a compiled scorer (`xh.retrieval.bm25_kernel`) does the searching
+instead: per query, its posting lists are walked together a window of 4,096 documents at a time, with
+MaxScore pruning on each term's largest weight (`term_max`), and the k best kept in a heap; it adds a
+document's weights in the order below, so both paths return the same documents and the same floats.
+Without numba, or for a query of more than `LONG_QUERY` distinct terms, the numpy path runs:
+
 Frequent terms (the up to 32 terms in 1/16 of the corpus or more: "born", "film", "american")
-have the longest posting lists and the smallest weights. They are kept as dense rows too (8 bytes
-per document each, in memory only) and left out of the product: their weights are added to the
+have the longest posting lists and the smallest weights. The numpy path keeps them as dense rows
+too (8 bytes per document each, built on its first use) and leaves them out of the product: their weights are added to the
 documents the other terms found, and a document with frequent terms only can score at most the
 sum of their largest weights. When the k-th best score found beats that bound, the top k is
 complete and exact; when not (a query of frequent terms only, say), the documents with frequent
