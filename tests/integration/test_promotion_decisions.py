@@ -55,13 +55,12 @@ def fixed(f1: dict[str, float]):
 
 @pytest.fixture
 def cli(capsys):
-    """`xh promote ARGS` as `python -m workflows.promote` runs it: (exit code, stderr, the decision or None)."""
-    from workflows import promote
-    from workflows.common import main
+    """`xh promote ARGS` in this process: (exit code, stderr, the decision or None)."""
+    from tests.cli import xh
 
     def run(*args: str) -> tuple[int, str, dict | None]:
         try:
-            main("promote", promote.run, list(args))
+            xh("promote", *args)
             code = 0
         except SystemExit as e:
             code = e.code
