@@ -296,7 +296,7 @@ class Ingress:
                 "answer": None,
                 "error": row["reason"],
             }
-        at = {r["qid"]: r["position"] - 1 for r in rows}
+        at, text = {r["qid"]: r["position"] - 1 for r in rows}, {r["qid"]: r["question"] for r in rows}
         questions = [{"qid": r["qid"], "question": r["question"], "type": r["type"]} for r in rows]
         graphs_half = self.graph_half.options(multiplexed_model_id=_model_id(model))
         graphs, no_graph = await graphs_half.graphs.remote(questions) if questions else ([], [])
@@ -308,16 +308,14 @@ class Ingress:
                     "id": qid,
                     "answer": None,
                     "error": row["reason"],
-                    "question": rows[at[qid]]["question"],
+                    "question": text[qid],
                 }
         model_half = self.model_half.options(multiplexed_model_id=_model_id(model))
         predictions = await asyncio.gather(*(model_half.predict.remote(g) for g in graphs))
         by_qid = {g["qid"]: g for g in graphs}
         for prediction in predictions:
             i = at[prediction["qid"]]
-            out[i] = answer(
-                records[i].get("question") or records[i].get("claim"), prediction, model, by_qid[prediction["qid"]]
-            )
+            out[i] = answer(text[prediction["qid"]], prediction, model, by_qid[prediction["qid"]])
         return out
 
     @app.post("/answer")
