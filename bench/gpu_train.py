@@ -200,7 +200,7 @@ class Run:
         later_cpu = statistics.mean(self.step_cpu[1:]) if len(self.step_cpu) > 1 else self.step_cpu[0]
         ops = None
         if self.args.count_ops:  # forward and backward of one more step, on the last batch
-            from xh.testing import count_ops
+            from op_count import count_ops
 
             ops = count_ops(lambda: self.forward_backward(self.last))
             self.optimizer.zero_grad(set_to_none=True)

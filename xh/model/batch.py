@@ -20,7 +20,7 @@ outside its graph, arrays of a node that disagree in length, a token's sentence 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -52,6 +52,10 @@ class GraphBatch:
     claim_label: torch.Tensor  # int64 [G]
     # Edge mode typed: each edge's type (xh.graph.typed.EDGE_TYPES), -1 for edges of graphs without types.
     edge_types: torch.Tensor  # int64 [E]
+    # Host-side, never moved: labelled entries per loss term (`label_counts`), so that the losses divide by
+    # them and leave out terms without labels with no read-back from the device. None: count from tensors.
+    label_counts: dict[str, int] | None = field(default=None, kw_only=True)
+    real_tokens: int | None = field(default=None, kw_only=True)  # host-side too, as counted at collate
 
     @property
     def num_graphs(self) -> int:
@@ -63,7 +67,7 @@ class GraphBatch:
 
     @property
     def num_real_tokens(self) -> int:
-        return int(self.attention_mask.sum())
+        return self.real_tokens if self.real_tokens is not None else int(self.attention_mask.sum())
 
     @property
     def encoder_shape(self) -> tuple[int, int]:
@@ -77,8 +81,37 @@ class GraphBatch:
         return self._map(lambda t: t.pin_memory())
 
     def _map(self, fn) -> GraphBatch:
-        """A batch of fn(tensor) per field (optional fields left None)."""
-        return type(self)(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
+        """A batch of fn(tensor) per tensor field (other fields as they are)."""
+        return type(self)(
+            **{f.name: fn(t) if isinstance(t := getattr(self, f.name), torch.Tensor) else t for f in fields(self)}
+        )
+
+    def counts(self) -> dict[str, int]:
+        """`label_counts`, or counted from the tensors (a read-back from a device) for a batch made without it."""
+        if self.label_counts is not None:
+            return self.label_counts
+        return count_labels(
+            {name: getattr(self, name).cpu().numpy() for name in LABEL_FIELDS}, self.sentence_ids.cpu().numpy()
+        )
+
+
+LABEL_FIELDS = ("node_relevance", "answer_node", "answer_type", "claim_label", "sentence_labels")
+
+
+def count_labels(labels: dict[str, np.ndarray], sentence_ids: np.ndarray) -> dict[str, int]:
+    """Labelled entries of each loss term. A labelled sentence counts only if some of its tokens survived
+    truncation (it has no vector otherwise)."""
+    sentences = labels["sentence_labels"]
+    has_tokens = np.zeros(sentences.shape, bool)
+    node, _ = np.nonzero(sentence_ids >= 0)
+    has_tokens[node, sentence_ids[sentence_ids >= 0]] = True
+    return {
+        "node": int((labels["node_relevance"] >= 0).sum()),
+        "span": int((labels["answer_node"] >= 0).sum()),
+        "answer_type": int((labels["answer_type"] >= 0).sum()),
+        "sentence": int(((sentences >= 0) & has_tokens).sum()),
+        "claim": int((labels["claim_label"] >= 0).sum()),
+    }
 
 
 def _check(graph: EncodedGraph) -> None:
@@ -166,8 +199,16 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
     def per_node(name: str) -> torch.Tensor:
         return torch.from_numpy(np.concatenate([np.asarray(getattr(g, name), np.int64).reshape(-1) for g in graphs]))
 
-    def per_graph(name: str) -> torch.Tensor:
-        return torch.tensor([int(getattr(g, name)) for g in graphs], dtype=torch.int64)
+    def per_graph(name: str) -> np.ndarray:
+        return np.array([int(getattr(g, name)) for g in graphs], dtype=np.int64)
+
+    node_relevance = np.concatenate([np.asarray(g.node_relevance, np.int64).reshape(-1) for g in graphs])
+    graph_labels = {name: per_graph(name) for name in ("answer_type", "question_type", "claim_label")}
+    label_counts = count_labels(
+        {"node_relevance": node_relevance, "answer_node": answer[:, 0], "sentence_labels": sentence_labels}
+        | graph_labels,
+        sentence_ids,
+    )
 
     return GraphBatch(
         input_ids=torch.from_numpy(input_ids),
@@ -179,15 +220,15 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
         edges=torch.from_numpy(np.concatenate(edges).T.copy()),
         graph_offsets=torch.from_numpy(offsets.astype(np.int64)),
         num_sentences=per_node("num_sentences"),
-        node_relevance=per_node("node_relevance"),
+        node_relevance=torch.from_numpy(node_relevance),
         node_has_answer=per_node("node_has_answer"),
         sentence_labels=torch.from_numpy(sentence_labels),
         answer_node=torch.from_numpy(answer[:, 0].copy()),
         answer_start=torch.from_numpy(answer[:, 1].copy()),
         answer_end=torch.from_numpy(answer[:, 2].copy()),
-        answer_type=per_graph("answer_type"),
-        question_type=per_graph("question_type"),
-        claim_label=per_graph("claim_label"),
+        answer_type=torch.from_numpy(graph_labels["answer_type"]),
+        question_type=torch.from_numpy(graph_labels["question_type"]),
+        claim_label=torch.from_numpy(graph_labels["claim_label"]),
         edge_types=torch.from_numpy(
             np.concatenate(
                 [
@@ -196,6 +237,8 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
                 ]
             )
         ),
+        label_counts=label_counts,
+        real_tokens=int(sizes.sum()),
     )
 
 

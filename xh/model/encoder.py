@@ -7,7 +7,8 @@ backbone's own forward computes before its first layer) and its layers (`xh.mode
 
 gives the backbone's `last_hidden_state`, so that the hop steps can run between the layers in plain
 sight. BERT, RoBERTa, ELECTRA (its embedding projection included) and DistilBERT build their layer
-mask the same way (`create_bidirectional_mask`); a 4-D mask (packed rows) passes through unchanged.
+mask the same way (`create_bidirectional_mask`); a 4-D mask (packed rows) passes through unchanged, and a
+2-D padding mask becomes [R, 1, 1, T] here (boolean for sdpa, additive for eager), with no read-back.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def embed(
     project = getattr(backbone, "embeddings_project", None)  # ELECTRA: embedding size != hidden size
     if project is not None:
         x = project(x)
+    if attention_mask is not None and attention_mask.dim() == 2:
+        # [R, T] padding mask -> [R, 1, 1, T] for the layers, built here: transformers' own check whether
+        # the mask can be dropped (`padding_mask.all()`) reads a value back from the device every step.
+        keep = attention_mask[:, None, None, :].bool()
+        if getattr(backbone.config, "_attn_implementation", "eager") == "sdpa":
+            return x, keep
+        return x, torch.zeros(keep.shape, dtype=x.dtype, device=x.device).masked_fill(~keep, torch.finfo(x.dtype).min)
     mask = create_bidirectional_mask(config=backbone.config, inputs_embeds=x, attention_mask=attention_mask)
     return x, mask
 

@@ -40,7 +40,9 @@ def synthetic_graph(rng: np.random.Generator, qid: str, task: str, labelled: boo
     ids = [np.concatenate([[1], rng.integers(5, VOCAB, size=int(k) - 1)]).astype(np.int64) for k in lengths]
     types = [(np.arange(k) >= question).astype(np.int64) for k in lengths]
     mask = [np.arange(k) >= question for k in lengths]
-    sentences = [np.where(np.arange(k) >= question, (np.arange(k) - question) // 6, -1).astype(np.int64) for k in lengths]
+    sentences = [
+        np.where(np.arange(k) >= question, (np.arange(k) - question) // 6, -1).astype(np.int64) for k in lengths
+    ]
     num_sentences = np.array([int(s.max()) + 1 for s in sentences], np.int64)
     pairs = [(s, d) for s in range(n) for d in range(n) if s != d and rng.random() < 0.4]
     spans = np.zeros((0, 3), np.int64)
