@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xh.model.batch import GraphBatch
+from xh.model.encoder import cast
 
 MASKED = -1e4  # logit of positions that may not be chosen; finite so that bf16 and softmax stay well-defined
 
@@ -100,13 +101,13 @@ class HotpotHeads(nn.Module):
         tokens = self.dropout(hidden)
         # span and node scores in one product over the tokens: the node's is read at its hub
         weight = torch.cat([self.span.weight, self.node.weight])
-        scores = F.linear(tokens, weight, torch.cat([self.span.bias, self.node.bias])).float()  # [N, L, 3]
+        scores = cast(F.linear(tokens, weight, torch.cat([self.span.bias, self.node.bias])), torch.float32)  # [N, L, 3]
         span_logits = scores[..., :2].masked_fill(~batch.paragraph_mask.unsqueeze(-1), MASKED)
         node_logits = scores[:, 0, 2]
         node_log_p = graph_log_softmax(node_logits, batch)  # [G, N]
         # the graph's hubs pooled with the softmax of node_logits over the graph (relevant nodes speak for it)
-        pooled = node_log_p.exp() @ tokens[:, 0].float()
-        answer_type_logits = self.answer_type(pooled).float()
+        pooled = node_log_p.exp() @ cast(tokens[:, 0], torch.float32)
+        answer_type_logits = cast(self.answer_type(pooled), torch.float32)
         sentence_logits, sentence_mask = self.sentences(hidden, batch)
         return {
             "node_logits": node_logits,
@@ -127,7 +128,7 @@ class HotpotHeads(nn.Module):
         counts = member.sum(-1, keepdim=True)  # int64: exact, where bf16 would round counts over 256
         means = (member.to(hidden.dtype) @ hidden) / counts.clamp(min=1)
         sentence_mask = counts.squeeze(-1) > 0
-        logits = self.sentence(self.dropout(means)).float().squeeze(-1)
+        logits = cast(self.sentence(self.dropout(means)), torch.float32).squeeze(-1)
         return logits.masked_fill(~sentence_mask, MASKED), sentence_mask
 
     @classmethod
@@ -171,7 +172,7 @@ class FeverHeads(nn.Module):
         hub = self.dropout(hidden[:, 0])
         # node importance and per-node labels in one product: [N, 1 + labels]
         weight, bias = torch.cat([self.node.weight, self.label.weight]), torch.cat([self.node.bias, self.label.bias])
-        logits = F.linear(hub, weight, bias).float()
+        logits = cast(F.linear(hub, weight, bias), torch.float32)
         node_logits, label_logits = logits[:, 0], logits[:, 1:]
         log_importance = graph_log_softmax(node_logits, batch)  # [G, N]
         # p(y) = Σ_τ p(s|τ) p(y|τ) in log space, over each graph's nodes

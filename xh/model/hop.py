@@ -57,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xh.model.encoder import cast
+
 HopVariant = Literal["paper", "gat"]
 
 
@@ -243,12 +245,12 @@ class HopStep(nn.Module):
         # tiny, casts to bf16 and back around each product would cost more kernels than the products, and
         # bf16 would round the attention weights coarsely.
         with torch.autocast(hidden_states.device.type, enabled=False):
-            hub = tokens.index_select(0, hubs).to(self.fusion.weight.dtype)
+            hub = cast(tokens.index_select(0, hubs), self.fusion.weight.dtype)
             gathered, weights = self.attention(hub, graph)
             new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
         if weights is not None:
             graph.attention.append(weights.detach())
-        return tokens.index_copy(0, hubs, new_hub.to(tokens.dtype)).view_as(hidden_states)
+        return tokens.index_copy(0, hubs, cast(new_hub, tokens.dtype)).view_as(hidden_states)
 
 
 def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:

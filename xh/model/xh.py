@@ -29,6 +29,7 @@ in training the hop steps run fused attention and keep no weights.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,7 +153,8 @@ class XHModel(nn.Module):
         loss = None
         if losses:
             # every term, 0 where the batch has no labels: each head parameter stays in the autograd graph
-            loss = sum(self.loss_weights[name] * term for name, term in terms.items())
+            weights = self.loss_weights
+            loss = functools.reduce(torch.add, (t if weights[k] == 1 else weights[k] * t for k, t in terms.items()))
         hop = {}
         if graph.keep_attention:  # eval: the edges (self-loops included, a read-back) and weights per layer
             hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}
