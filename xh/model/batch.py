@@ -56,6 +56,11 @@ class GraphBatch:
     # them and leave out terms without labels with no read-back from the device. None: count from tensors.
     label_counts: dict[str, int] | None = field(default=None, kw_only=True)
     real_tokens: int | None = field(default=None, kw_only=True)  # host-side too, as counted at collate
+    # The hop graph's mask, made on the host with the batch (`xh.model.hop.HopGraph.of_batch`): bool [N, N],
+    # allowed[d, s] when node d's hub attends to node s's (a self-loop for a node without in-edges), and
+    # bool [N] for those nodes. None: built from `edges` on the device.
+    hop_allowed: torch.Tensor | None = field(default=None, kw_only=True)
+    hop_lonely: torch.Tensor | None = field(default=None, kw_only=True)
 
     @property
     def num_graphs(self) -> int:
@@ -137,6 +142,15 @@ def _check(graph: EncodedGraph) -> None:
             raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is outside its node")
         if not (graph.paragraph_mask[node][start] and graph.paragraph_mask[node][end]):
             raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is not on paragraph tokens")
+
+
+def hop_mask(edges: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(allowed [N, N], lonely [N]) of edges [E, 2] (src, dst), as `HopGraph.build` makes them."""
+    allowed = np.zeros((num_nodes, num_nodes), bool)
+    allowed[edges[:, 1], edges[:, 0]] = True
+    lonely = ~allowed.any(1)
+    allowed[lonely, lonely] = True  # boolean index on both axes: the diagonal entries of those nodes
+    return allowed, lonely
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -239,6 +253,7 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
         ),
         label_counts=label_counts,
         real_tokens=int(sizes.sum()),
+        **dict(zip(("hop_allowed", "hop_lonely"), map(torch.from_numpy, hop_mask(np.concatenate(edges), n)))),
     )
 
 

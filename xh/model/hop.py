@@ -97,6 +97,15 @@ class HopGraph:
         allowed.diagonal().logical_or_(lonely)
         return cls(edges, num_nodes, allowed, lonely, isolated_nodes, hubs)
 
+    @classmethod
+    def of_batch(cls, batch, isolated_nodes: Literal["self_loop", "zero"], hubs: torch.Tensor | None) -> HopGraph:
+        """The batch's graph, from the mask `collate` made on the host when it did (no operator here)."""
+        if batch.hop_allowed is None:
+            return cls.build(batch.edges, batch.num_nodes, isolated_nodes, hubs=hubs)
+        if isolated_nodes not in ("self_loop", "zero"):
+            raise ValueError(f"isolated_nodes must be 'self_loop' or 'zero', not {isolated_nodes!r}")
+        return cls(batch.edges, batch.num_nodes, batch.hop_allowed, batch.hop_lonely, isolated_nodes, hubs)
+
     @functools.cached_property
     def self_loops(self) -> torch.Tensor:
         """The nodes given a self-loop edge (`self_loop` rule): a read-back from the device."""
@@ -294,7 +303,4 @@ class PlainHops:
     def inputs(self, batch, cfg, relations=None, tokenizer=None) -> tuple[HopGraph, dict]:
         from xh.model.packing import hub_positions
 
-        graph = HopGraph.build(
-            batch.edges, batch.num_nodes, cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-        )
-        return graph, {}
+        return HopGraph.of_batch(batch, cfg.isolated_nodes, hub_positions(batch)), {}
