@@ -164,6 +164,28 @@ def token_places(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return item, np.arange(len(item)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
 
 
+def place_tokens(graphs: Sequence[EncodedGraph], sizes: np.ndarray, length: int) -> dict[str, np.ndarray]:
+    """Every node's token arrays as rows [N, length], padded: one concatenation per field, scattered to
+    (node, position) for all nodes at once (a batch of short nodes has hundreds of nodes)."""
+    n = len(sizes)
+    node, position = token_places(sizes)
+
+    def tokens(name: str) -> np.ndarray:
+        return np.concatenate([a for g in graphs for a in getattr(g, name)])
+
+    arrays = {
+        "input_ids": np.zeros((n, length), np.int64),
+        "attention_mask": np.zeros((n, length), np.int64),
+        "token_type_ids": np.zeros((n, length), np.int64),
+        "paragraph_mask": np.zeros((n, length), bool),
+        "sentence_ids": np.full((n, length), -1, np.int64),
+    }
+    arrays["attention_mask"][node, position] = 1
+    for name in ("input_ids", "token_type_ids", "paragraph_mask", "sentence_ids"):
+        arrays[name][node, position] = tokens(name)
+    return arrays
+
+
 def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBatch:
     """Stack graphs into one batch: nodes as rows padded to the longest node (rounded up to a multiple of
     `length_multiple`, so that batches come in few shapes), edges batch-global."""
@@ -176,23 +198,7 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
     length = round_up(int(sizes.max()), length_multiple)
     max_sentences = max(1, max(int(s) for g in graphs for s in g.num_sentences))
 
-    # Every node's tokens placed at once (a batch of short nodes has hundreds of nodes): one
-    # concatenation per field, scattered to (node, position).
-    node, position = token_places(sizes)
-
-    def tokens(name: str) -> np.ndarray:
-        return np.concatenate([a for g in graphs for a in getattr(g, name)])
-
-    input_ids = np.zeros((n, length), np.int64)
-    attention_mask = np.zeros((n, length), np.int64)
-    token_type_ids = np.zeros((n, length), np.int64)
-    paragraph_mask = np.zeros((n, length), bool)
-    sentence_ids = np.full((n, length), -1, np.int64)
-    input_ids[node, position] = tokens("input_ids")
-    attention_mask[node, position] = 1
-    token_type_ids[node, position] = tokens("token_type_ids")
-    paragraph_mask[node, position] = tokens("paragraph_mask")
-    sentence_ids[node, position] = tokens("sentence_ids")
+    token_arrays = place_tokens(graphs, sizes, length)
     labels = [
         np.asarray(g.sentence_labels[i] if i < len(g.sentence_labels) else (), np.int64)[:max_sentences]
         for g in graphs
@@ -221,15 +227,15 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
     label_counts = count_labels(
         {"node_relevance": node_relevance, "answer_node": answer[:, 0], "sentence_labels": sentence_labels}
         | graph_labels,
-        sentence_ids,
+        token_arrays["sentence_ids"],
     )
 
     return GraphBatch(
-        input_ids=torch.from_numpy(input_ids),
-        attention_mask=torch.from_numpy(attention_mask),
-        token_type_ids=torch.from_numpy(token_type_ids),
-        paragraph_mask=torch.from_numpy(paragraph_mask),
-        sentence_ids=torch.from_numpy(sentence_ids),
+        input_ids=torch.from_numpy(token_arrays["input_ids"]),
+        attention_mask=torch.from_numpy(token_arrays["attention_mask"]),
+        token_type_ids=torch.from_numpy(token_arrays["token_type_ids"]),
+        paragraph_mask=torch.from_numpy(token_arrays["paragraph_mask"]),
+        sentence_ids=torch.from_numpy(token_arrays["sentence_ids"]),
         node_graph=torch.from_numpy(np.repeat(np.arange(len(graphs)), [g.num_nodes for g in graphs])),
         edges=torch.from_numpy(np.concatenate(edges).T.copy()),
         graph_offsets=torch.from_numpy(offsets.astype(np.int64)),
