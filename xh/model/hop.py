@@ -4,8 +4,8 @@ Every node of an evidence graph is one sequence; after each of the encoder's las
 (position 0) of each node attends to the hubs of its in-neighbours, and the hub is replaced by a
 fusion of what it had and what it gathered. All other tokens keep the layer's output (Eq. 9).
 
-    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop",    # edges [2, E] (src, dst)
-                           graph_offsets=batch.graph_offsets)                 # graph g: nodes offsets[g]:offsets[g+1]
+    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop")    # edges [2, E] (src, dst)
+    graph = HopGraph.of_batch(batch, "self_loop", hubs=None)                  # the mask collate made
     step = HopStep(hidden_size=384, heads=12, variant="paper")
     hidden = step(hidden, graph)                                              # [N, L, H] -> [N, L, H]
 
@@ -29,17 +29,16 @@ A node without in-neighbours: `isolated_nodes="self_loop"` gives it one edge to 
 vector is then its own value, as the release's DGL graph kept a node's own features), `"zero"`
 gives it ĥ = 0. Nodes that have in-neighbours never get a self-loop added.
 
-Dense blocks. Graphs are small (a HotpotQA graph has about 10 nodes), so each graph's hubs are laid
-out as one block of a [G, B, H] tensor (B = nodes of the largest graph in the batch; empty slots
-are zeros), and attention is two batched matmuls around a softmax masked by the adjacency [G, B, B],
-however many edges, where the per-edge form gathered, scattered and took a maximum per destination:
-three hop layers of a 4-graph batch dispatch 150 operators in forward and backward under bf16
-autocast, against 279 per edge (`tests/unit/model/test_hop_dense.py` keeps that form as the reference the
-dense one must equal). The hop step runs outside autocast, in float32. No attention crosses graphs
-(a graph's block sees only itself; edges must not cross graphs, which `collate` guarantees); without
-`graph_offsets` all nodes form one block, which is exact too, only larger. The weights are also
-returned per edge, in the order of `graph.src`/`graph.dst` (self-loops last), for the analysis of
-`xh.train.figures`.
+One dense mask. The batch's hubs attend as one set under a boolean [N, N] mask (`allowed[d, s]`: node
+d's hub attends to node s's), which `collate` makes on the host with the batch (`HopGraph.of_batch`;
+`build` makes it from edges on the device). Edges never cross graphs, so neither does attention, and a
+node without in-neighbours has its self-loop in the mask either way (the `zero` rule then sets its ĥ to
+0): every row has a key, so the fused kernel never sees an empty row. In training, q, k and v come from
+one product and attention is `scaled_dot_product_attention` (one kernel each way on a GPU); no weights
+are kept. In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
+edge, in the order of `graph.src`/`graph.dst` (self-loops last, a read-back), for `xh.train.figures`.
+`tests/unit/model/test_hop_dense.py` keeps the per-edge form (gathers, a softmax and a sum per
+destination) as the reference both must equal. The hop step runs outside autocast, in float32.
 
 Where the hubs are: by default position 0 of each row of `hidden` (one node per row, as `collate`
 lays them out); `hubs` gives flat positions in the [rows x row_length] token grid instead, for rows
