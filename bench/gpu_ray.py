@@ -18,7 +18,7 @@ Training configurations (name: backbone, batching, hop layers):
     bert-base/graphs/k3   padded batches (`train.batching=graphs`) against token batches
     minilm/tokens/k3, minilm/tokens/k0, minilm/graphs/k3
 
-Figures per training run come from its MLflow run (`xh.train.loop.epoch_figures`): real tokens/s and the
+Figures per training run come from its MLflow run (`xh.train.meters.epoch_figures`): real tokens/s and the
 step time of the later epochs (the first one plans every new shape), the first and later epoch time,
 the real-token fraction, distinct encoder shapes an epoch and the GPU memory peak. One JSON line per
 measurement on stdout, then a Markdown table; with --out, `gpu_ray.json` holds all of them.
@@ -178,7 +178,7 @@ FEED = ("feed_data_fraction", "feed_encode_fraction", "feed_batch_fraction")
 
 
 def epoch_history(run_id: str) -> list[dict]:
-    """The run's per-epoch figures (`xh.train.loop.epoch_figures`), in epoch order."""
+    """The run's per-epoch figures (`xh.train.meters.epoch_figures`), in epoch order."""
     from mlflow import MlflowClient
 
     client = MlflowClient()

@@ -21,6 +21,8 @@ Two systems, alternated, the best of `--repeat` kept:
                the ratio leaves out what `pack`'s own change gained
 
 One JSON line per (processes, system) and one ratio line per processes: project / baseline real tokens/s.
+Every line is printed as soon as it is measured, after a first `plan` line (the machine and the
+settings), so that a run cut short by a time limit still hands back what it measured.
 `encode`: one encoder process's rate alone (the project's encoder, in this process).
 `ceiling/*` lines: the training process's own share of the chain alone (the chunks encoded and pickled
 beforehand, as the encoder processes would hand them back): converting (baseline only), unpickling,
@@ -202,9 +204,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from xh.model.saved import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer or resolve_backbone(None))
-    table = pa.Table.from_pylist(graph_rows(args.hotpot, args.graphs))
     machine = {"cpus": os.cpu_count(), "load_average": os.getloadavg()[0], "python": platform.python_version()}
-    records = []
+    records: list[dict] = []
+
+    def emit(record: dict) -> None:
+        records.append(record)
+        print(json.dumps(record), flush=True)
+
+    emit({"name": "plan", "graphs": args.graphs, "encoder_processes": args.processes, "repeat": args.repeat, **machine})
+    table = pa.Table.from_pylist(graph_rows(args.hotpot, args.graphs))
     best_ceiling: dict[str, dict] = {}
     for _ in range(args.repeat):
         for system in ("baseline", "project"):
@@ -212,10 +220,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if system not in best_ceiling or figures["real_tokens_per_s"] > best_ceiling[system]["real_tokens_per_s"]:
                 best_ceiling[system] = figures
     for system, figures in best_ceiling.items():
-        records.append({"name": f"ceiling/{system}", **figures})
+        emit({"name": f"ceiling/{system}", **figures})
     ceiling = best_ceiling["project"]["real_tokens_per_s"] / best_ceiling["baseline"]["real_tokens_per_s"]
-    records.append({"name": "ratio", "processes": "ceiling", "project_over_baseline": round(ceiling, 3)})
-    records.append({"name": "encode", **encoding_rate(table, args, tokenizer)})
+    emit({"name": "ratio", "processes": "ceiling", "project_over_baseline": round(ceiling, 3)})
+    emit({"name": "encode", **encoding_rate(table, args, tokenizer)})
     for processes in args.processes:
         best: dict[str, dict] = {}
         for _ in range(args.repeat):
@@ -224,12 +232,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 if system not in best or figures["real_tokens_per_s"] > best[system]["real_tokens_per_s"]:
                     best[system] = figures
         for system, figures in best.items():
-            records.append({"name": f"input/{system}", "processes": processes, **figures})
+            emit({"name": f"input/{system}", "processes": processes, **figures})
         ratio = best["project"]["real_tokens_per_s"] / best["baseline"]["real_tokens_per_s"]
-        records.append({"name": "ratio", "processes": processes, "project_over_baseline": round(ratio, 3)})
-    records.append({"name": "machine", **machine, "load_average_after": os.getloadavg()[0]})
-    for record in records:
-        print(json.dumps(record), flush=True)
+        emit({"name": "ratio", "processes": processes, "project_over_baseline": round(ratio, 3)})
+    emit({"name": "machine", **machine, "load_average_after": os.getloadavg()[0]})
     return records
 
 

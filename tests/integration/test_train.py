@@ -13,15 +13,42 @@ import pyarrow.dataset as pads
 import pytest
 
 from xh.config import load_config
-from xh.train.loop import FAIL_AT_STEP_ENV
+
+FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so that the failure happens once
 
 
 @pytest.fixture
 def worker_dies_at_step_3(monkeypatch):
-    """Fault injection: the rank-0 Train worker kills its process once at step 3. An environment variable of
-    this (driver) process, which the trainer hands its workers (`xh.train.loop.injected_failure_env`): the
-    workers are processes of the cluster, out of a monkeypatch's reach."""
-    monkeypatch.setenv(FAIL_AT_STEP_ENV, "3")
+    """Fault injection from the test side: the rank-0 Train worker kills its process once at step 3, as a
+    crashed node would. The driver (this process) hands `TorchTrainer` a wrapper of the worker loop; the
+    wrapper, a closure and so pickled by value into each worker process, patches the loop's per-step hook
+    (`xh.train.loop.step_done`) there before running the real loop. A marker next to the checkpoints makes
+    the restarted worker carry on."""
+    import xh.train.loop
+
+    loop = xh.train.loop.train_loop_per_worker
+
+    def dying_loop(config: dict) -> None:
+        import os
+
+        import xh.train.loop as worker_loop
+        from xh.store import Store
+
+        step_done = worker_loop.step_done
+
+        def die_once_at_step_3(worker) -> None:
+            step_done(worker)
+            if worker.rank != 0 or worker.progress.step != 3:
+                return
+            marker = Store().at(config["storage_dir"], FAILURE_MARKER)  # S3 settings from the worker's environment
+            if not marker.exists():
+                marker.write_bytes(b"failed at step 3\n")
+                os._exit(1)
+
+        worker_loop.step_done = die_once_at_step_3
+        loop(config)
+
+    monkeypatch.setattr(xh.train.loop, "train_loop_per_worker", dying_loop)
 
 
 def _config(root: Path, graphs: str, backbone: str, cluster, tracking: str, overrides: list[str]):
@@ -101,7 +128,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     fs = s3_endpoint.pyarrow_fs()
     bucket_path = cfg.train.storage_path[len("s3://") :]
     assert any(p.endswith("model.safetensors") for p in list_paths(fs, bucket_path))
-    with open_input(f"{cfg.train.storage_path}/{cfg.train.run_name}/xh-injected-failure") as marker:
+    with open_input(f"{cfg.train.storage_path}/{cfg.train.run_name}/{FAILURE_MARKER}") as marker:
         assert marker.read().decode().startswith("failed at step 3")
     client = mlflow.MlflowClient(mlflow_server)
     steps = [m.step for m in client.get_metric_history(summary["mlflow_run_id"], "loss")]

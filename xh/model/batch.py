@@ -20,7 +20,7 @@ outside its graph, arrays of a node that disagree in length, a token's sentence 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -52,6 +52,15 @@ class GraphBatch:
     claim_label: torch.Tensor  # int64 [G]
     # Edge mode typed: each edge's type (xh.graph.typed.EDGE_TYPES), -1 for edges of graphs without types.
     edge_types: torch.Tensor  # int64 [E]
+    # Host-side, never moved: labelled entries per loss term (`label_counts`), so that the losses divide by
+    # them and leave out terms without labels with no read-back from the device. None: count from tensors.
+    label_counts: dict[str, int] | None = field(default=None, kw_only=True)
+    real_tokens: int | None = field(default=None, kw_only=True)  # host-side too, as counted at collate
+    # The hop graph's mask, made on the host with the batch (`xh.model.hop.HopGraph.of_batch`): bool [N, N],
+    # allowed[d, s] when node d's hub attends to node s's (a self-loop for a node without in-edges), and
+    # bool [N] for those nodes. None: built from `edges` on the device.
+    hop_allowed: torch.Tensor | None = field(default=None, kw_only=True)
+    hop_lonely: torch.Tensor | None = field(default=None, kw_only=True)
 
     @property
     def num_graphs(self) -> int:
@@ -63,7 +72,7 @@ class GraphBatch:
 
     @property
     def num_real_tokens(self) -> int:
-        return int(self.attention_mask.sum())
+        return self.real_tokens if self.real_tokens is not None else int(self.attention_mask.sum())
 
     @property
     def encoder_shape(self) -> tuple[int, int]:
@@ -77,8 +86,37 @@ class GraphBatch:
         return self._map(lambda t: t.pin_memory())
 
     def _map(self, fn) -> GraphBatch:
-        """A batch of fn(tensor) per field (optional fields left None)."""
-        return type(self)(**{f.name: None if (t := getattr(self, f.name)) is None else fn(t) for f in fields(self)})
+        """A batch of fn(tensor) per tensor field (other fields as they are)."""
+        return type(self)(
+            **{f.name: fn(t) if isinstance(t := getattr(self, f.name), torch.Tensor) else t for f in fields(self)}
+        )
+
+    def counts(self) -> dict[str, int]:
+        """`label_counts`, or counted from the tensors (a read-back from a device) for a batch made without it."""
+        if self.label_counts is not None:
+            return self.label_counts
+        return count_labels(
+            {name: getattr(self, name).cpu().numpy() for name in LABEL_FIELDS}, self.sentence_ids.cpu().numpy()
+        )
+
+
+LABEL_FIELDS = ("node_relevance", "answer_node", "answer_type", "claim_label", "sentence_labels")
+
+
+def count_labels(labels: dict[str, np.ndarray], sentence_ids: np.ndarray) -> dict[str, int]:
+    """Labelled entries of each loss term. A labelled sentence counts only if some of its tokens survived
+    truncation (it has no vector otherwise)."""
+    sentences = labels["sentence_labels"]
+    has_tokens = np.zeros(sentences.shape, bool)
+    node, _ = np.nonzero(sentence_ids >= 0)
+    has_tokens[node, sentence_ids[sentence_ids >= 0]] = True
+    return {
+        "node": int((labels["node_relevance"] >= 0).sum()),
+        "span": int((labels["answer_node"] >= 0).sum()),
+        "answer_type": int((labels["answer_type"] >= 0).sum()),
+        "sentence": int(((sentences >= 0) & has_tokens).sum()),
+        "claim": int((labels["claim_label"] >= 0).sum()),
+    }
 
 
 def _check(graph: EncodedGraph) -> None:
@@ -106,6 +144,15 @@ def _check(graph: EncodedGraph) -> None:
             raise ValueError(f"graph {graph.qid!r}: answer span {spans[0].tolist()} is not on paragraph tokens")
 
 
+def hop_mask(edges: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(allowed [N, N], lonely [N]) of edges [E, 2] (src, dst), as `HopGraph.build` makes them."""
+    allowed = np.zeros((num_nodes, num_nodes), bool)
+    allowed[edges[:, 1], edges[:, 0]] = True
+    lonely = ~allowed.any(1)
+    allowed[lonely, lonely] = True  # boolean index on both axes: the diagonal entries of those nodes
+    return allowed, lonely
+
+
 def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
@@ -115,6 +162,28 @@ def token_places(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     position within the item."""
     item = np.repeat(np.arange(len(sizes)), sizes)
     return item, np.arange(len(item)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+
+
+def place_tokens(graphs: Sequence[EncodedGraph], sizes: np.ndarray, length: int) -> dict[str, np.ndarray]:
+    """Every node's token arrays as rows [N, length], padded: one concatenation per field, scattered to
+    (node, position) for all nodes at once (a batch of short nodes has hundreds of nodes)."""
+    n = len(sizes)
+    node, position = token_places(sizes)
+
+    def tokens(name: str) -> np.ndarray:
+        return np.concatenate([a for g in graphs for a in getattr(g, name)])
+
+    arrays = {
+        "input_ids": np.zeros((n, length), np.int64),
+        "attention_mask": np.zeros((n, length), np.int64),
+        "token_type_ids": np.zeros((n, length), np.int64),
+        "paragraph_mask": np.zeros((n, length), bool),
+        "sentence_ids": np.full((n, length), -1, np.int64),
+    }
+    arrays["attention_mask"][node, position] = 1
+    for name in ("input_ids", "token_type_ids", "paragraph_mask", "sentence_ids"):
+        arrays[name][node, position] = tokens(name)
+    return arrays
 
 
 def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBatch:
@@ -129,23 +198,7 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
     length = round_up(int(sizes.max()), length_multiple)
     max_sentences = max(1, max(int(s) for g in graphs for s in g.num_sentences))
 
-    # Every node's tokens placed at once (a batch of short nodes has hundreds of nodes): one
-    # concatenation per field, scattered to (node, position).
-    node, position = token_places(sizes)
-
-    def tokens(name: str) -> np.ndarray:
-        return np.concatenate([a for g in graphs for a in getattr(g, name)])
-
-    input_ids = np.zeros((n, length), np.int64)
-    attention_mask = np.zeros((n, length), np.int64)
-    token_type_ids = np.zeros((n, length), np.int64)
-    paragraph_mask = np.zeros((n, length), bool)
-    sentence_ids = np.full((n, length), -1, np.int64)
-    input_ids[node, position] = tokens("input_ids")
-    attention_mask[node, position] = 1
-    token_type_ids[node, position] = tokens("token_type_ids")
-    paragraph_mask[node, position] = tokens("paragraph_mask")
-    sentence_ids[node, position] = tokens("sentence_ids")
+    token_arrays = place_tokens(graphs, sizes, length)
     labels = [
         np.asarray(g.sentence_labels[i] if i < len(g.sentence_labels) else (), np.int64)[:max_sentences]
         for g in graphs
@@ -166,28 +219,36 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
     def per_node(name: str) -> torch.Tensor:
         return torch.from_numpy(np.concatenate([np.asarray(getattr(g, name), np.int64).reshape(-1) for g in graphs]))
 
-    def per_graph(name: str) -> torch.Tensor:
-        return torch.tensor([int(getattr(g, name)) for g in graphs], dtype=torch.int64)
+    def per_graph(name: str) -> np.ndarray:
+        return np.array([int(getattr(g, name)) for g in graphs], dtype=np.int64)
+
+    node_relevance = np.concatenate([np.asarray(g.node_relevance, np.int64).reshape(-1) for g in graphs])
+    graph_labels = {name: per_graph(name) for name in ("answer_type", "question_type", "claim_label")}
+    label_counts = count_labels(
+        {"node_relevance": node_relevance, "answer_node": answer[:, 0], "sentence_labels": sentence_labels}
+        | graph_labels,
+        token_arrays["sentence_ids"],
+    )
 
     return GraphBatch(
-        input_ids=torch.from_numpy(input_ids),
-        attention_mask=torch.from_numpy(attention_mask),
-        token_type_ids=torch.from_numpy(token_type_ids),
-        paragraph_mask=torch.from_numpy(paragraph_mask),
-        sentence_ids=torch.from_numpy(sentence_ids),
+        input_ids=torch.from_numpy(token_arrays["input_ids"]),
+        attention_mask=torch.from_numpy(token_arrays["attention_mask"]),
+        token_type_ids=torch.from_numpy(token_arrays["token_type_ids"]),
+        paragraph_mask=torch.from_numpy(token_arrays["paragraph_mask"]),
+        sentence_ids=torch.from_numpy(token_arrays["sentence_ids"]),
         node_graph=torch.from_numpy(np.repeat(np.arange(len(graphs)), [g.num_nodes for g in graphs])),
         edges=torch.from_numpy(np.concatenate(edges).T.copy()),
         graph_offsets=torch.from_numpy(offsets.astype(np.int64)),
         num_sentences=per_node("num_sentences"),
-        node_relevance=per_node("node_relevance"),
+        node_relevance=torch.from_numpy(node_relevance),
         node_has_answer=per_node("node_has_answer"),
         sentence_labels=torch.from_numpy(sentence_labels),
         answer_node=torch.from_numpy(answer[:, 0].copy()),
         answer_start=torch.from_numpy(answer[:, 1].copy()),
         answer_end=torch.from_numpy(answer[:, 2].copy()),
-        answer_type=per_graph("answer_type"),
-        question_type=per_graph("question_type"),
-        claim_label=per_graph("claim_label"),
+        answer_type=torch.from_numpy(graph_labels["answer_type"]),
+        question_type=torch.from_numpy(graph_labels["question_type"]),
+        claim_label=torch.from_numpy(graph_labels["claim_label"]),
         edge_types=torch.from_numpy(
             np.concatenate(
                 [
@@ -196,6 +257,9 @@ def collate(graphs: Sequence[EncodedGraph], length_multiple: int = 1) -> GraphBa
                 ]
             )
         ),
+        label_counts=label_counts,
+        real_tokens=int(sizes.sum()),
+        **dict(zip(("hop_allowed", "hop_lonely"), map(torch.from_numpy, hop_mask(np.concatenate(edges), n)))),
     )
 
 

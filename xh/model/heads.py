@@ -25,7 +25,14 @@ FEVER (`FeverHeads`):
   original release applied cross-entropy to these probabilities, a second softmax; not here).
   Evidence loss = BCE of node_logits against `node_relevance` (gold evidence sentences), as the release.
 
-Labels of -1 are ignored; a loss term whose labels are all unknown is left out of the dict.
+Labels of -1 are ignored. Every term is computed for every batch, as a masked sum over the labelled
+entries divided by their count on the host (`GraphBatch.label_counts`): a term without labels is exactly 0
+and still keeps its parameters in the autograd graph (DDP needs every parameter in every step), nothing
+waits for the device, and `losses` lists only the terms the batch has labels for.
+
+Per-graph reductions (the node softmax of a graph, pooling, FEVER's mixture) are dense: a [G, N] matrix
+of each graph's nodes, where the masked entries weigh exactly 0, and one softmax or product over it,
+instead of scatters per segment: a few kernels whatever the graph sizes.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xh.model.batch import GraphBatch
-from xh.model.scatter import segment_log_softmax, segment_logsumexp, segment_softmax, segment_sum
+from xh.model.encoder import cast
 
 MASKED = -1e4  # logit of positions that may not be chosen; finite so that bf16 and softmax stay well-defined
 
@@ -47,7 +54,41 @@ def _linear(in_features: int, out_features: int, initializer_range: float) -> nn
     return layer
 
 
+def graph_log_softmax(node_logits: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
+    """[N] -> [G, N]: log-softmax over each graph's nodes; another graph's nodes get the lowest finite
+    value (exactly 0 after exp, never NaN in a product with 0)."""
+    graphs = torch.arange(batch.num_graphs, device=node_logits.device)
+    member = batch.node_graph.unsqueeze(0) == graphs.unsqueeze(1)
+    return torch.where(member, node_logits, torch.finfo(node_logits.dtype).min).log_softmax(-1)
+
+
+def node_log_softmax(log_p: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
+    """[G, N] of `graph_log_softmax` -> [N]: each node's entry in its own graph's row."""
+    return log_p.gather(0, batch.node_graph.unsqueeze(0)).squeeze(0)
+
+
+def masked_mean_bce(logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor, count: int) -> torch.Tensor:
+    """Binary cross-entropy averaged over the `count` entries where `known`; 0 when there are none."""
+    target = labels.clamp(min=0).to(logits.dtype)
+    return F.binary_cross_entropy_with_logits(logits, target, weight=known.to(logits.dtype), reduction="sum") / max(
+        count, 1
+    )
+
+
+def mean_ce(logits: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
+    """Cross-entropy averaged over the `count` labels that are not -1; 0 when there are none."""
+    return F.cross_entropy(logits, labels, ignore_index=-1, reduction="sum") / max(count, 1)
+
+
+def present(terms: dict[str, torch.Tensor], counts: dict[str, int], kinds: dict[str, tuple]) -> dict[str, torch.Tensor]:
+    """The terms whose labels the batch has (`kinds`: term -> the label counts that say so)."""
+    return {name: value for name, value in terms.items() if any(counts[kind] for kind in kinds[name])}
+
+
 class HotpotHeads(nn.Module):
+    # the label count that says a batch has a term (node: relevance, or an answer node to rank first)
+    KINDS = {"node": ("node", "span"), "span": ("span",), "answer_type": ("answer_type",), "sentence": ("sentence",)}
+
     def __init__(self, hidden_size: int, dropout: float = 0.1, initializer_range: float = 0.02):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
@@ -57,69 +98,70 @@ class HotpotHeads(nn.Module):
         self.sentence = _linear(hidden_size, 1, initializer_range)
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
-        n, length, _ = hidden.shape
-        graphs = batch.num_graphs
-        hub = self.dropout(hidden[:, 0])
-        node_logits = self.node(hub).squeeze(-1).float()
-
-        start_logits, end_logits = self.span(self.dropout(hidden)).float().unbind(-1)
-        start_logits = start_logits.masked_fill(~batch.paragraph_mask, MASKED)
-        end_logits = end_logits.masked_fill(~batch.paragraph_mask, MASKED)
-
-        node_weights = segment_softmax(node_logits, batch.node_graph, graphs)
-        pooled = segment_sum(node_weights.unsqueeze(-1) * hub.float(), batch.node_graph, graphs)
-        answer_type_logits = self.answer_type(pooled.to(hidden.dtype)).float()
-
-        # Sentence vectors: mean of their tokens' states, gathered into slots node * S + sentence.
-        s = batch.sentence_labels.shape[1]
-        in_sentence = batch.sentence_ids >= 0
-        slots = (torch.arange(n, device=hidden.device).unsqueeze(1) * s + batch.sentence_ids)[in_sentence]
-        sums = segment_sum(hidden[in_sentence].float(), slots, n * s)
-        counts = torch.bincount(slots, minlength=n * s)
-        means = sums / counts.clamp(min=1).unsqueeze(-1)
-        sentence_mask = (counts > 0).view(n, s)
-        sentence_logits = self.sentence(self.dropout(means).to(hidden.dtype)).float().view(n, s)
-        sentence_logits = sentence_logits.masked_fill(~sentence_mask, MASKED)
+        tokens = self.dropout(hidden)
+        # span and node scores in one product over the tokens: the node's is read at its hub
+        weight = torch.cat([self.span.weight, self.node.weight])
+        scores = cast(F.linear(tokens, weight, torch.cat([self.span.bias, self.node.bias])), torch.float32)  # [N, L, 3]
+        span_logits = scores[..., :2].masked_fill(~batch.paragraph_mask.unsqueeze(-1), MASKED)
+        node_logits = scores[:, 0, 2]
+        node_log_p = graph_log_softmax(node_logits, batch)  # [G, N]
+        # the graph's hubs pooled with the softmax of node_logits over the graph (relevant nodes speak for it)
+        pooled = node_log_p.exp() @ cast(tokens[:, 0], torch.float32)
+        answer_type_logits = cast(self.answer_type(pooled), torch.float32)
+        sentence_logits, sentence_mask = self.sentences(hidden, batch)
         return {
             "node_logits": node_logits,
-            "start_logits": start_logits,
-            "end_logits": end_logits,
+            "start_logits": span_logits[..., 0],
+            "end_logits": span_logits[..., 1],
             "answer_type_logits": answer_type_logits,
             "sentence_logits": sentence_logits,
             "sentence_mask": sentence_mask,
+            "node_log_p": node_log_p,
         }
 
+    def sentences(self, hidden: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sentence logits [N, S] from the mean of each sentence's token states (one batched product of a
+        [N, S, L] membership matrix), MASKED where a node has no such sentence, and that mask."""
+        s = batch.sentence_labels.shape[1]
+        numbers = torch.arange(s, device=hidden.device).view(1, s, 1)
+        member = batch.sentence_ids.unsqueeze(1) == numbers  # [N, S, L]
+        counts = member.sum(-1, keepdim=True)  # int64: exact, where bf16 would round counts over 256
+        means = (member.to(hidden.dtype) @ hidden) / counts.clamp(min=1)
+        sentence_mask = counts.squeeze(-1) > 0
+        logits = cast(self.sentence(self.dropout(means)), torch.float32).squeeze(-1)
+        return logits.masked_fill(~sentence_mask, MASKED), sentence_mask
+
+    @classmethod
+    def losses(cls, out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
+        return present(cls.terms(out, batch), batch.counts(), cls.KINDS)
+
     @staticmethod
-    def losses(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
-        losses: dict[str, torch.Tensor] = {}
+    def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
+        """Every term, 0 where the batch has no labels for it."""
+        counts = batch.counts()
+        node_log_p = out.get("node_log_p")
+        if node_log_p is None:  # outputs made elsewhere (tests change node_logits)
+            node_log_p = graph_log_softmax(out["node_logits"], batch)
         known = batch.node_relevance >= 0
-        if known.any():
-            losses["node"] = F.binary_cross_entropy_with_logits(
-                out["node_logits"][known], batch.node_relevance[known].float()
-            )
-        has_span = batch.answer_node >= 0
-        if has_span.any():
-            rows = batch.answer_node[has_span]
-            # the answer node ranks first among its graph's nodes (decoding reads the span there)
-            log_p = segment_log_softmax(out["node_logits"], batch.node_graph, batch.num_graphs)
-            answer_node_nll = -log_p[rows].mean()
-            losses["node"] = losses["node"] + answer_node_nll if "node" in losses else answer_node_nll
-            start = F.cross_entropy(out["start_logits"][rows], batch.answer_start[has_span])
-            end = F.cross_entropy(out["end_logits"][rows], batch.answer_end[has_span])
-            losses["span"] = (start + end) / 2
-        known = batch.answer_type >= 0
-        if known.any():
-            losses["answer_type"] = F.cross_entropy(out["answer_type_logits"][known], batch.answer_type[known])
-        # A labelled sentence whose tokens were all truncated away has no vector: it is not scored.
+        relevance = masked_mean_bce(out["node_logits"], batch.node_relevance, known, counts["node"])
+        # the answer node ranks first among its graph's nodes (decoding reads the span there)
+        answer_node = F.nll_loss(node_log_p, batch.answer_node, ignore_index=-1, reduction="sum")
+        # start and end rows of each graph's answer node: [G, L, 2] against [G, 2] positions
+        rows = torch.stack([out["start_logits"], out["end_logits"]], -1).index_select(0, batch.answer_node.clamp(min=0))
+        positions = torch.stack([batch.answer_start, batch.answer_end], -1)
+        span = F.cross_entropy(rows, positions, ignore_index=-1, reduction="sum") / (2 * max(counts["span"], 1))
         known = (batch.sentence_labels >= 0) & out["sentence_mask"]
-        if known.any():
-            losses["sentence"] = F.binary_cross_entropy_with_logits(
-                out["sentence_logits"][known], batch.sentence_labels[known].float()
-            )
-        return losses
+        return {
+            "node": relevance + answer_node / max(counts["span"], 1),
+            "span": span,
+            "answer_type": mean_ce(out["answer_type_logits"], batch.answer_type, counts["answer_type"]),
+            "sentence": masked_mean_bce(out["sentence_logits"], batch.sentence_labels, known, counts["sentence"]),
+        }
 
 
 class FeverHeads(nn.Module):
+    KINDS = {"claim": ("claim",), "evidence": ("node",)}
+
     def __init__(self, hidden_size: int, dropout: float = 0.1, initializer_range: float = 0.02, num_labels: int = 3):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
@@ -128,28 +170,30 @@ class FeverHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
         hub = self.dropout(hidden[:, 0])
-        node_logits = self.node(hub).squeeze(-1).float()
-        label_logits = self.label(hub).float()
-        log_importance = segment_log_softmax(node_logits, batch.node_graph, batch.num_graphs)
-        claim_log_probs = segment_logsumexp(
-            log_importance.unsqueeze(-1) + label_logits.log_softmax(-1), batch.node_graph, batch.num_graphs
-        )
+        # node importance and per-node labels in one product: [N, 1 + labels]
+        weight, bias = torch.cat([self.node.weight, self.label.weight]), torch.cat([self.node.bias, self.label.bias])
+        logits = cast(F.linear(hub, weight, bias), torch.float32)
+        node_logits, label_logits = logits[:, 0], logits[:, 1:]
+        log_importance = graph_log_softmax(node_logits, batch)  # [G, N]
+        # p(y) = Σ_τ p(s|τ) p(y|τ) in log space, over each graph's nodes
+        claim_log_probs = (log_importance.unsqueeze(-1) + label_logits.log_softmax(-1)).logsumexp(1)
         return {
             "node_logits": node_logits,
             "label_logits": label_logits,
-            "importance": log_importance.exp(),
+            "importance": node_log_softmax(log_importance, batch).exp(),
             "claim_log_probs": claim_log_probs,
         }
 
+    @classmethod
+    def losses(cls, out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
+        return present(cls.terms(out, batch), batch.counts(), cls.KINDS)
+
     @staticmethod
-    def losses(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
-        losses: dict[str, torch.Tensor] = {}
-        known = batch.claim_label >= 0
-        if known.any():
-            losses["claim"] = F.nll_loss(out["claim_log_probs"][known], batch.claim_label[known])
+    def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
+        counts = batch.counts()
         known = batch.node_relevance >= 0
-        if known.any():
-            losses["evidence"] = F.binary_cross_entropy_with_logits(
-                out["node_logits"][known], batch.node_relevance[known].float()
-            )
-        return losses
+        return {
+            "claim": F.nll_loss(out["claim_log_probs"], batch.claim_label, ignore_index=-1, reduction="sum")
+            / max(counts["claim"], 1),
+            "evidence": masked_mean_bce(out["node_logits"], batch.node_relevance, known, counts["node"]),
+        }

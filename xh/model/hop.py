@@ -4,8 +4,8 @@ Every node of an evidence graph is one sequence; after each of the encoder's las
 (position 0) of each node attends to the hubs of its in-neighbours, and the hub is replaced by a
 fusion of what it had and what it gathered. All other tokens keep the layer's output (Eq. 9).
 
-    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop",    # edges [2, E] (src, dst)
-                           graph_offsets=batch.graph_offsets)                 # graph g: nodes offsets[g]:offsets[g+1]
+    graph = HopGraph.build(edges, num_nodes=N, isolated_nodes="self_loop")    # edges [2, E] (src, dst)
+    graph = HopGraph.of_batch(batch, "self_loop", hubs=None)                  # the mask collate made
     step = HopStep(hidden_size=384, heads=12, variant="paper")
     hidden = step(hidden, graph)                                              # [N, L, H] -> [N, L, H]
 
@@ -29,17 +29,16 @@ A node without in-neighbours: `isolated_nodes="self_loop"` gives it one edge to 
 vector is then its own value, as the release's DGL graph kept a node's own features), `"zero"`
 gives it ĥ = 0. Nodes that have in-neighbours never get a self-loop added.
 
-Dense blocks. Graphs are small (a HotpotQA graph has about 10 nodes), so each graph's hubs are laid
-out as one block of a [G, B, H] tensor (B = nodes of the largest graph in the batch; empty slots
-are zeros), and attention is two batched matmuls around a softmax masked by the adjacency [G, B, B],
-however many edges, where the per-edge form gathered, scattered and took a maximum per destination:
-three hop layers of a 4-graph batch dispatch 150 operators in forward and backward under bf16
-autocast, against 279 per edge (`tests/unit/model/test_hop_dense.py` keeps that form as the reference the
-dense one must equal). The hop step runs outside autocast, in float32. No attention crosses graphs
-(a graph's block sees only itself; edges must not cross graphs, which `collate` guarantees); without
-`graph_offsets` all nodes form one block, which is exact too, only larger. The weights are also
-returned per edge, in the order of `graph.src`/`graph.dst` (self-loops last), for the analysis of
-`xh.train.figures`.
+One dense mask. The batch's hubs attend as one set under a boolean [N, N] mask (`allowed[d, s]`: node
+d's hub attends to node s's), which `collate` makes on the host with the batch (`HopGraph.of_batch`;
+`build` makes it from edges on the device). Edges never cross graphs, so neither does attention, and a
+node without in-neighbours has its self-loop in the mask either way (the `zero` rule then sets its ĥ to
+0): every row has a key, so the fused kernel never sees an empty row. In training, q, k and v come from
+one product and attention is `scaled_dot_product_attention` (one kernel each way on a GPU); no weights
+are kept. In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
+edge, in the order of `graph.src`/`graph.dst` (self-loops last, a read-back), for `xh.train.figures`.
+`tests/unit/model/test_hop_dense.py` keeps the per-edge form (gathers, a softmax and a sum per
+destination) as the reference both must equal. The hop step runs outside autocast, in float32.
 
 Where the hubs are: by default position 0 of each row of `hidden` (one node per row, as `collate`
 lays them out); `hubs` gives flat positions in the [rows x row_length] token grid instead, for rows
@@ -48,28 +47,33 @@ that hold several nodes (`xh.model.packing`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from xh.model.encoder import cast
 
 HopVariant = Literal["paper", "gat"]
 
 
 @dataclass
 class HopGraph:
-    """Edges along which hubs attend (the hub of dst[e] gathers from the hub of src[e]) and their dense layout."""
+    """Edges along which hubs attend (the hub of dst[e] gathers from the hub of src[e]), as a dense mask."""
 
-    src: torch.Tensor  # int64 [E]; self-loops added for isolated nodes come last
-    dst: torch.Tensor  # int64 [E]
+    edges: torch.Tensor  # int64 [2, E] of (src, dst), as given
     num_nodes: int
-    slot: torch.Tensor  # int64 [N]; node -> its place in the [G * B] hub blocks
-    adjacency: torch.Tensor  # bool [G, B, B]; adjacency[g, d, s]: the block's node d attends to its node s
-    edge_slot: torch.Tensor  # int64 [E]; edge e's place in adjacency.flatten()
+    allowed: torch.Tensor  # bool [N, N]; allowed[d, s]: the hub of node d attends to that of node s
+    lonely: torch.Tensor  # bool [N]; nodes without in-edges (their self-loop is in `allowed` either way)
+    isolated_nodes: str = "self_loop"
     hubs: torch.Tensor | None = None  # int64 [N]; flat hub positions in the token grid (None: row starts)
-    # Filled by each HopStep that runs on this graph: its attention weights [E, heads], detached.
+    # Set by the model in eval mode: each HopStep then computes its weights explicitly and appends them
+    # here, [E, heads] detached, in the order of `src`/`dst` (training runs one fused attention kernel).
+    keep_attention: bool = True
     attention: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
@@ -78,45 +82,54 @@ class HopGraph:
         edges: torch.Tensor,
         num_nodes: int,
         isolated_nodes: Literal["self_loop", "zero"] = "self_loop",
-        graph_offsets: torch.Tensor | None = None,
+        graph_offsets: torch.Tensor | None = None,  # noqa: ARG003 (edges never cross graphs: the mask needs none)
         hubs: torch.Tensor | None = None,
     ) -> HopGraph:
-        """edges [2, E] of (src, dst); adds a self-loop to each node without in-edges when asked to."""
-        src, dst = edges[0].long(), edges[1].long()
-        device = src.device
-        if isolated_nodes == "self_loop":
-            in_degree = torch.bincount(dst, minlength=num_nodes)
-            lonely = torch.nonzero(in_degree == 0).flatten()
-            src, dst = torch.cat([src, lonely]), torch.cat([dst, lonely])
-        elif isolated_nodes != "zero":
+        """edges [2, E] of (src, dst). A node without in-edges attends to itself: its value with
+        `self_loop`, and with `zero` its ĥ is then set to 0 (the kernel needs one key per query)."""
+        if isolated_nodes not in ("self_loop", "zero"):
             raise ValueError(f"isolated_nodes must be 'self_loop' or 'zero', not {isolated_nodes!r}")
-        if graph_offsets is None:
-            graph_offsets = torch.tensor([0, num_nodes], device=device)
-        sizes = graph_offsets.diff()
-        block = max(1, int(sizes.max()))
-        node_graph = torch.repeat_interleave(torch.arange(len(sizes), device=device), sizes, output_size=num_nodes)
-        slot = node_graph * block + torch.arange(num_nodes, device=device) - graph_offsets[node_graph]
-        edge_slot = slot[dst] * block + slot[src] % block  # (graph, local dst, local src)
-        adjacency = torch.zeros(len(sizes) * block * block, dtype=torch.bool, device=device)
-        adjacency = adjacency.index_fill_(0, edge_slot, True).view(len(sizes), block, block)
-        return cls(src, dst, num_nodes, slot, adjacency, edge_slot, hubs)
+        edges = edges.long()
+        allowed = torch.zeros(num_nodes, num_nodes, dtype=torch.bool, device=edges.device)
+        allowed = allowed.index_put_((edges[1], edges[0]), torch.tensor(True, device=edges.device))
+        lonely = ~allowed.any(-1)
+        allowed.diagonal().logical_or_(lonely)
+        return cls(edges, num_nodes, allowed, lonely, isolated_nodes, hubs)
+
+    @classmethod
+    def of_batch(cls, batch, isolated_nodes: Literal["self_loop", "zero"], hubs: torch.Tensor | None) -> HopGraph:
+        """The batch's graph, from the mask `collate` made on the host when it did (no operator here)."""
+        if batch.hop_allowed is None:
+            return cls.build(batch.edges, batch.num_nodes, isolated_nodes, hubs=hubs)
+        if isolated_nodes not in ("self_loop", "zero"):
+            raise ValueError(f"isolated_nodes must be 'self_loop' or 'zero', not {isolated_nodes!r}")
+        return cls(batch.edges, batch.num_nodes, batch.hop_allowed, batch.hop_lonely, isolated_nodes, hubs)
+
+    @functools.cached_property
+    def self_loops(self) -> torch.Tensor:
+        """The nodes given a self-loop edge (`self_loop` rule): a read-back from the device."""
+        if self.isolated_nodes != "self_loop":
+            return self.edges.new_zeros(0)
+        return torch.nonzero(self.lonely).flatten()
 
     @property
-    def block_size(self) -> int:
-        return self.adjacency.shape[-1]
+    def src(self) -> torch.Tensor:
+        """int64 [E']: the edges' sources, then the self-loops added for nodes without in-edges."""
+        return torch.cat([self.edges[0], self.self_loops])
 
-    def to_blocks(self, nodes: torch.Tensor) -> torch.Tensor:
-        """[N, ...] -> [G, B, ...], zeros in the slots no node fills."""
-        blocks = nodes.new_zeros(self.adjacency.numel() // self.block_size, *nodes.shape[1:])
-        return blocks.index_copy(0, self.slot, nodes).view(-1, self.block_size, *nodes.shape[1:])
-
-    def from_blocks(self, blocks: torch.Tensor) -> torch.Tensor:
-        """[G, B, ...] -> [N, ...]."""
-        return blocks.flatten(0, 1).index_select(0, self.slot)
+    @property
+    def dst(self) -> torch.Tensor:
+        return torch.cat([self.edges[1], self.self_loops])
 
     def edge_weights(self, weights: torch.Tensor) -> torch.Tensor:
-        """Dense weights [G, heads, B(dst), B(src)] -> [E, heads], in the order of src/dst."""
-        return weights.permute(0, 2, 3, 1).flatten(0, 2).index_select(0, self.edge_slot)
+        """Dense weights [heads, N(dst), N(src)] -> [E', heads], in the order of src/dst."""
+        return weights[:, self.dst, self.src].T
+
+    def zero_lonely(self, gathered: torch.Tensor) -> torch.Tensor:
+        """ĥ [N, H] with the rows of nodes without in-edges set to 0 under the `zero` rule."""
+        if self.isolated_nodes == "zero":
+            return gathered.masked_fill(self.lonely.unsqueeze(-1), 0.0)
+        return gathered
 
 
 def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
@@ -129,7 +142,11 @@ def masked_softmax(scores: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
 
 
 class DotProductHopAttention(nn.Module):
-    """Paper Eq. 7: multi-head scaled dot-product attention of each hub over its in-neighbours' hubs."""
+    """Paper Eq. 7: multi-head scaled dot-product attention of each hub over its in-neighbours' hubs.
+
+    The query, key and value projections keep their own parameters (and names) but run as one product;
+    in training the attention is `scaled_dot_product_attention` (a fused kernel on a GPU), with the
+    weights computed explicitly only when the graph keeps them (eval)."""
 
     def __init__(self, hidden_size: int, heads: int, dropout: float = 0.0):
         super().__init__()
@@ -141,19 +158,21 @@ class DotProductHopAttention(nn.Module):
         self.value = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor]:
-        """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads])."""
-        blocks = graph.to_blocks(hubs)  # [G, B, H]
-        g, b, _ = blocks.shape
-        q, k, v = (self._split_heads(proj(blocks)) for proj in (self.query, self.key, self.value))
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [G, heads, B(dst), B(src)]
-        weights = masked_softmax(scores, graph.adjacency.unsqueeze(1))
-        gathered = self.dropout(weights) @ v  # [G, heads, B, d]
-        return graph.from_blocks(gathered.transpose(1, 2).reshape(g, b, -1)), graph.edge_weights(weights)
-
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[G, B, H] -> [G, heads, B, d]."""
-        return x.view(*x.shape[:2], self.heads, self.head_size).transpose(1, 2)
+    def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads], or None when the graph keeps none)."""
+        n = hubs.shape[0]
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        # [N, 3H] -> q, k, v [heads, N, d]
+        q, k, v = F.linear(hubs, weight, bias).view(n, 3, self.heads, self.head_size).permute(1, 2, 0, 3)
+        if graph.keep_attention:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [heads, N(dst), N(src)]
+            weights = masked_softmax(scores, graph.allowed)
+            gathered = self.dropout(weights) @ v
+            return graph.zero_lonely(gathered.transpose(0, 1).reshape(n, -1)), graph.edge_weights(weights)
+        dropout = self.dropout.p if self.training else 0.0
+        gathered = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.allowed, dropout_p=dropout)
+        return graph.zero_lonely(gathered.transpose(0, 1).reshape(n, -1)), None
 
 
 class GATHopAttention(nn.Module):
@@ -173,18 +192,18 @@ class GATHopAttention(nn.Module):
         self.leaky_relu = nn.LeakyReLU(negative_slope)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor]:
-        blocks = graph.to_blocks(hubs)
-        g, b, _ = blocks.shape
-        per_head = blocks.view(g, b, self.heads, self.head_size)
-        features = self.fc(per_head)  # [G, B, heads, d]
-        score_src = (features * self.attn_src).sum(-1).transpose(1, 2)  # [G, heads, B]
-        score_dst = (features * self.attn_dst).sum(-1).transpose(1, 2)
-        scores = self.leaky_relu(score_dst.unsqueeze(-1) + score_src.unsqueeze(-2))
-        weights = masked_softmax(scores, graph.adjacency.unsqueeze(1))  # [G, heads, B(dst), B(src)]
-        gathered = self.dropout(weights) @ features.transpose(1, 2)  # [G, heads, B, d]
-        out = torch.relu(gathered.transpose(1, 2) + self.res_fc(per_head))
-        return graph.from_blocks(out.reshape(g, b, -1)), graph.edge_weights(weights)
+    def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n = hubs.shape[0]
+        per_head = hubs.view(n, self.heads, self.head_size)
+        features = self.fc(per_head)  # [N, heads, d]
+        score_src = (features * self.attn_src).sum(-1).T  # [heads, N]
+        score_dst = (features * self.attn_dst).sum(-1).T
+        scores = self.leaky_relu(score_dst.unsqueeze(-1) + score_src.unsqueeze(-2))  # [heads, N(dst), N(src)]
+        allowed = graph.allowed & ~graph.lonely.unsqueeze(-1) if graph.isolated_nodes == "zero" else graph.allowed
+        weights = masked_softmax(scores, allowed)
+        gathered = self.dropout(weights) @ features.transpose(0, 1)  # [heads, N, d]
+        out = torch.relu(gathered.transpose(0, 1) + self.res_fc(per_head))
+        return out.reshape(n, -1), graph.edge_weights(weights) if graph.keep_attention else None
 
 
 def fusion_layer(hidden_size: int, fusion_init: str, initializer_range: float) -> nn.Linear:
@@ -234,11 +253,12 @@ class HopStep(nn.Module):
         # tiny, casts to bf16 and back around each product would cost more kernels than the products, and
         # bf16 would round the attention weights coarsely.
         with torch.autocast(hidden_states.device.type, enabled=False):
-            hub = tokens.index_select(0, hubs).to(self.fusion.weight.dtype)
+            hub = cast(tokens.index_select(0, hubs), self.fusion.weight.dtype)
             gathered, weights = self.attention(hub, graph)
             new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
-        graph.attention.append(weights.detach())
-        return tokens.index_copy(0, hubs, new_hub.to(tokens.dtype)).view_as(hidden_states)
+        if weights is not None:
+            graph.attention.append(weights.detach())
+        return tokens.index_copy(0, hubs, cast(new_hub, tokens.dtype)).view_as(hidden_states)
 
 
 def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:
@@ -282,7 +302,4 @@ class PlainHops:
     def inputs(self, batch, cfg, relations=None, tokenizer=None) -> tuple[HopGraph, dict]:
         from xh.model.packing import hub_positions
 
-        graph = HopGraph.build(
-            batch.edges, batch.num_nodes, cfg.isolated_nodes, batch.graph_offsets, hub_positions(batch)
-        )
-        return graph, {}
+        return HopGraph.of_batch(batch, cfg.isolated_nodes, hub_positions(batch)), {}

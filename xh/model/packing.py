@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import torch
@@ -157,78 +157,92 @@ def fill_rows(
     batch) rather than one packing per graph: that quadratic cost made batching, in the training
     process's own thread, slower than a GPU step.
     """
-    capacity = rows * row_tokens
+    filler = _RowFiller(iter(graphs), rows, row_tokens)
+    while True:
+        good = filler.longest_run()
+        filler.take(good)
+        filler.available(lookahead + 1)
+        if not filler.waiting:
+            break
+        # the next graph does not fit: one of the few after it may (each tried on its own, in order)
+        for k, graph in enumerate(filler.waiting[1 : lookahead + 1], start=1):
+            candidate = filler.lengths + node_lengths(graph)
+            if filler.fits(candidate):
+                filler.batch.append(filler.waiting.pop(k))
+                filler.lengths = candidate
+                break
+        else:  # nothing in the window fits: close the batch
+            yield filler.batch
+            filler.batch, filler.lengths = [], []
+    if filler.batch:
+        yield filler.batch
 
-    def fits(lengths: list[int]) -> bool:
-        return sum(lengths) <= capacity and len(first_fit_decreasing(lengths, row_tokens)) <= rows
 
-    def node_lengths(graph: EncodedGraph) -> list[int]:
-        return [len(ids) for ids in graph.input_ids]
+def node_lengths(graph: EncodedGraph) -> list[int]:
+    return [len(ids) for ids in graph.input_ids]
 
-    batch: list[EncodedGraph] = []
-    lengths: list[int] = []
-    waiting: list[EncodedGraph] = []
-    stream = iter(graphs)
 
-    def available(count: int) -> int:  # the window holds `count` graphs, or all the stream has left
-        while len(waiting) < count:
-            graph = next(stream, None)
+@dataclass
+class _RowFiller:
+    """`fill_rows`'s state: the batch being filled, its node lengths, and the graphs read ahead."""
+
+    stream: Iterator[EncodedGraph]
+    rows: int
+    row_tokens: int
+    batch: list[EncodedGraph] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    waiting: list[EncodedGraph] = field(default_factory=list)
+
+    def fits(self, lengths: list[int]) -> bool:
+        capacity = self.rows * self.row_tokens
+        return sum(lengths) <= capacity and len(first_fit_decreasing(lengths, self.row_tokens)) <= self.rows
+
+    def available(self, count: int) -> int:
+        """Read ahead until `count` graphs wait, or the stream ends; how many of them there are."""
+        while len(self.waiting) < count:
+            graph = next(self.stream, None)
             if graph is None:
                 break
-            waiting.append(graph)
-        return min(count, len(waiting))
+            self.waiting.append(graph)
+        return min(count, len(self.waiting))
 
-    def run_of(count: int) -> list[int]:  # the batch's node lengths with the first `count` waiting graphs
-        return lengths + [n for g in waiting[:count] for n in node_lengths(g)]
+    def run_of(self, count: int) -> list[int]:
+        """The batch's node lengths with the first `count` waiting graphs."""
+        return self.lengths + [n for g in self.waiting[:count] for n in node_lengths(g)]
 
-    def longest_run() -> int:
+    def take(self, count: int) -> None:
+        for graph in self.waiting[:count]:
+            self.lengths += node_lengths(graph)
+        self.batch += self.waiting[:count]
+        del self.waiting[:count]
+
+    def longest_run(self) -> int:
         """How many of the waiting graphs, in order, fit beside the batch (an empty batch takes one).
 
         Runs whose tokens exceed the rows' capacity cannot fit, so the search starts from the longest
         run within it, which first-fit decreasing nearly always packs, and gallops down from there."""
-        good = 0 if batch else min(1, available(1))
-        total = sum(run_of(good))
+        capacity = self.rows * self.row_tokens
+        good = 0 if self.batch else min(1, self.available(1))
+        total = sum(self.run_of(good))
         bad = good
-        while available(bad + 1) > bad:
-            total += sum(node_lengths(waiting[bad]))
+        while self.available(bad + 1) > bad:
+            total += sum(node_lengths(self.waiting[bad]))
             bad += 1
             if total > capacity:
                 break
         else:  # the stream ends within capacity: all of it may fit
-            if bad == good or fits(run_of(bad)):
+            if bad == good or self.fits(self.run_of(bad)):
                 return bad
         step = 1
         while bad - step > good:  # gallop down: the answer is nearly always within a graph or two
-            if fits(run_of(bad - step)):
+            if self.fits(self.run_of(bad - step)):
                 good = bad - step
                 break
             bad, step = bad - step, step * 2
         while bad - good > 1:  # run_of(good) fits, run_of(bad) does not
             middle = (good + bad) // 2
-            good, bad = (middle, bad) if fits(run_of(middle)) else (good, middle)
+            good, bad = (middle, bad) if self.fits(self.run_of(middle)) else (good, middle)
         return good
-
-    while True:
-        good = longest_run()
-        for graph in waiting[:good]:
-            lengths += node_lengths(graph)
-        batch += waiting[:good]
-        del waiting[:good]
-        available(lookahead + 1)
-        if not waiting:
-            break
-        # the next graph does not fit: one of the few after it may (each tried on its own, in order)
-        for k, graph in enumerate(waiting[1 : lookahead + 1], start=1):
-            candidate = lengths + node_lengths(graph)
-            if fits(candidate):
-                batch.append(waiting.pop(k))
-                lengths = candidate
-                break
-        else:  # nothing in the window fits: close the batch
-            yield batch
-            batch, lengths = [], []
-    if batch:
-        yield batch
 
 
 def fill_rows_one_at_a_time(

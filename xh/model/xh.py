@@ -20,13 +20,16 @@ gat, gesa) is the one table `HOP_VARIANTS`: how its steps are built and what eac
 The backbone's pooler is dropped (the heads read the hub directly, and DDP refuses parameters that
 get no gradient).
 
-Loss: Σ weight × term over the terms whose labels the batch has (`ModelConfig.*_loss_weight`);
-`loss` is None when it has none. Every head output also enters the loss with weight 0, so each
-parameter gets a gradient in every step (DDP needs that even when a batch lacks one kind of label).
+Loss: Σ weight × term over every term of the task (`ModelConfig.*_loss_weight`); a term whose labels the
+batch lacks is exactly 0 (`xh.model.heads`) but keeps its parameters in the autograd graph (DDP needs a
+gradient for each in every step). `losses` lists the terms the batch has labels for; `loss` is None when
+it has none. In eval mode the output also carries the hop graph's edges and attention weights per layer;
+in training the hop steps run fused attention and keep no weights.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +40,7 @@ from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
 from xh.model.encoder import embed, run_layer
 from xh.model.gesa import TypedHops
-from xh.model.heads import FeverHeads, HotpotHeads
+from xh.model.heads import FeverHeads, HotpotHeads, present
 from xh.model.hop import HopGraph, PlainHops, find_encoder_layers
 from xh.model.packing import encoder_inputs, node_states
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
@@ -130,6 +133,7 @@ class XHModel(nn.Module):
         # A packed batch (`xh.model.packing`) holds several nodes per encoder row: the layers read its
         # rows, hop attention finds each node's hub among them, and the heads get [N, L, H] either way.
         graph, hop_kwargs = self.hops.inputs(batch, self.cfg, self.hub_relations, self.tokenizer)
+        graph.keep_attention = not self.training  # training: fused attention kernels, no weights kept
         inputs = encoder_inputs(batch, self.backbone, self._use_token_types)
         x, mask = embed(self.backbone, **inputs)
         first_hop = len(self.layers) - len(self.hop_steps)
@@ -143,19 +147,27 @@ class XHModel(nn.Module):
     def forward(self, batch: GraphBatch) -> XHOutput:
         hidden, graph = self._encode(batch)
         heads = self.heads(hidden, batch)
-        losses = self.heads.losses(heads, batch)
+        terms = self.heads.terms(heads, batch)
+        heads.pop("node_log_p", None)  # the heads' own intermediate, shared with the losses
+        losses = present(terms, batch.counts(), self.heads.KINDS)
         loss = None
         if losses:
-            weights = {
-                "node": self.cfg.node_loss_weight,
-                "span": self.cfg.span_loss_weight,
-                "answer_type": self.cfg.answer_type_loss_weight,
-                "sentence": self.cfg.sentence_loss_weight,
-                "claim": self.cfg.claim_loss_weight,
-                "evidence": self.cfg.evidence_loss_weight,
-            }
-            loss = sum(weights[name] * term for name, term in losses.items())
-            # Zero-weighted: keeps every head parameter in the autograd graph (see the module docstring).
-            loss = loss + 0.0 * sum(value.sum() for value in heads.values() if value.is_floating_point())
-        hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}
+            # every term, 0 where the batch has no labels: each head parameter stays in the autograd graph
+            weights = self.loss_weights
+            loss = functools.reduce(torch.add, (t if weights[k] == 1 else weights[k] * t for k, t in terms.items()))
+        hop = {}
+        if graph.keep_attention:  # eval: the edges (self-loops included, a read-back) and weights per layer
+            hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}
         return XHOutput(hidden_states=hidden, loss=loss, losses=losses, **heads, **hop)
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        cfg = self.cfg
+        return {
+            "node": cfg.node_loss_weight,
+            "span": cfg.span_loss_weight,
+            "answer_type": cfg.answer_type_loss_weight,
+            "sentence": cfg.sentence_loss_weight,
+            "claim": cfg.claim_loss_weight,
+            "evidence": cfg.evidence_loss_weight,
+        }

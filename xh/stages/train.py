@@ -89,7 +89,7 @@ def fit(job: Job) -> dict:
 
     from xh.train.batching import step_plan
     from xh.train.data import datasets, graph_settings, lineage
-    from xh.train.loop import injected_failure_env, train_loop_per_worker
+    from xh.train.loop import train_loop_per_worker
     from xh.train.split import dev_missed
     from xh.train.state import MODEL_DIR, read_progress
     from xh.train.worker import checkpoint_folder
@@ -128,7 +128,6 @@ def fit(job: Job) -> dict:
                 checkpoint_score_order="max",
             ),
             failure_config=FailureConfig(max_failures=train.max_failures),
-            worker_runtime_env=injected_failure_env(),
         ),
         datasets={"train": train_ds, "dev": dev_ds},
         # options of our own: Train's default copies the context's deprecated `exclude_resources`

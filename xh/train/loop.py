@@ -1,7 +1,10 @@
 """The Ray Train worker loop of Transformer-XH: DDP over the `graphs` table, checkpoints, rank-0 MLflow logging.
 
 `train_loop_per_worker(config)` is what `workflows.train` hands to `TorchTrainer`; `config` holds the
-whole `XHConfig` (as a dict) and the step plan the driver computed:
+whole `XHConfig` (as a dict) and the step plan the driver computed. It reads top-down: `start` (model,
+optimizer, a checkpoint to resume, rank 0's MLflow run), then `train_epoch` per epoch (batches made ahead,
+`xh.train.step.Trainer` for each step, `evaluate_and_checkpoint` every `train.eval_every` steps), then a
+last `evaluate_and_checkpoint`. Figures and timers are `xh.train.meters`.
 
     plan = plan_steps(num_train_graphs, workers=train.workers, batch_size=train.batch_graphs, ...)  # xh.train.worker
 
@@ -20,27 +23,24 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
-import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from xh.config import TrainConfig, XHConfig
 from xh.eval.official import official_metrics
 from xh.graph.encode import GraphEncoder
-from xh.inference import autocast, predict_graphs
+from xh.inference import predict_graphs
 from xh.model import XHModel, load_tokenizer
 from xh.model.variants import architecture, load_saved, new_model
 from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
+from xh.train.meters import StepMeter, epoch_figures, log_progress
 from xh.train.prefetch import Prefetcher, timed
 from xh.train.split import SPLIT_ARTIFACT, in_dev_split  # noqa: F401 (in_dev_split: re-exported)
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
-from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, optimizer_step, report, start_worker
-
-FAILURE_MARKER = "xh-injected-failure"  # written next to the checkpoints so a failure is injected once
-# Fault injection, for tests only (never a config setting): the rank-0 worker dies once at this step.
-FAIL_AT_STEP_ENV = "XH_TRAIN_FAIL_AT_STEP"
+from xh.train.step import Trainer
+from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, report, start_worker
 
 
 def parameter_groups(model: XHModel, train: TrainConfig) -> list[dict]:
@@ -144,88 +144,60 @@ def _worker_nodes(world_size: int) -> list[str]:
     return nodes
 
 
-def injected_failure_env() -> dict:
-    """The Ray Train workers' runtime env for fault injection (`RunConfig.worker_runtime_env`): the driver's
-    `XH_TRAIN_FAIL_AT_STEP` when a test set it, else nothing. Workers are processes of the cluster, which
-    does not see the driver's environment."""
-    step = os.environ.get(FAIL_AT_STEP_ENV)
-    return {"env_vars": {FAIL_AT_STEP_ENV: step}} if step else {}
+@dataclass
+class Worker:
+    """What one Ray Train worker holds for its run."""
 
+    config: dict  # train_loop_per_worker's
+    cfg: XHConfig
+    plan: StepPlan
+    rank: int
+    trainer: Trainer
+    tokenizer: object
+    tracking: TrainingRun | None  # rank 0's MLflow run
+    dev_rows: list[dict] = field(default_factory=list)  # rank 0's
+    started: float = field(default_factory=time.perf_counter)
+    first_step: int = 0  # a resumed run's ETA counts only its own steps
 
-def _inject_failure_once(step: int, storage_dir: str) -> None:
-    """Testing: the rank-0 worker process dies at step `$XH_TRAIN_FAIL_AT_STEP`, once per run (a marker
-    next to the checkpoints remembers)."""
-    from xh.store import Store
+    @property
+    def progress(self) -> Progress:
+        return self.trainer.progress
 
-    if os.environ.get(FAIL_AT_STEP_ENV) != str(step):
-        return
-    marker = Store().at(storage_dir, FAILURE_MARKER)  # a worker reaches S3 with its environment's settings
-    if marker.exists():
-        return
-    marker.write_bytes(f"failed at step {step}\n".encode())
-    os._exit(1)  # a dead worker process, as a crashed node would leave
+    @property
+    def model(self) -> XHModel:
+        return self.trainer.model
 
-
-def log_progress(step: int, total: int, loss: float, graphs: int, window_s: float, done_here: tuple[int, float]) -> str:
-    """One line a user reads in `ray job logs`: where training is, how fast, how long it has left.
-    `done_here`: (steps, seconds) of this process, so a resumed run's ETA is not skewed by the restart."""
-    steps, seconds = done_here
-    eta = seconds / max(steps, 1) * (total - step)
-    line = (
-        f"step {step}/{total}  loss {loss:.4f}  {graphs / max(window_s, 1e-9):.1f} graphs/s  "
-        f"ETA {int(eta // 60)}m{int(eta % 60):02d}s"
-    )
-    logging.getLogger("xh.train").info(line)
-    return line
-
-
-def epoch_figures(
-    stats: BatchStats, prefetched: Prefetcher, feed: dict[str, float], seconds: float, device
-) -> dict[str, float]:
-    """Per epoch (what this worker ran of it): the encoder's distinct input shapes (a GPU plans each new
-    one), real / computed tokens, the share of the time the step loop waited for its next batch, the
-    epoch's wall time, batches and real tokens (so later epochs give a throughput without the first one's
-    shape planning), and on a GPU the peak memory allocated so far.
-
-    Where the batches' making spent its time, as shares of the epoch (`feed`, timed in the background
-    thread): waiting for Ray Data's next chunk of rows, for the encoder processes, and grouping and
-    packing in this process. When the step loop waits, the largest of them is what to give more CPUs."""
-    import torch
-
-    data = feed.get("data", 0.0)  # the timers nest (`timed`): each part is its timer less the one inside
-    encoded = feed.get("encoded", data)
-    batched = feed.get("batched", encoded)
-    figures = {
-        "distinct_step_shapes": len(stats.shapes),
-        "real_token_fraction": stats.real_token_fraction,
-        "encode_wait_fraction": prefetched.wait_seconds / max(seconds, 1e-9),
-        "feed_data_fraction": data / max(seconds, 1e-9),
-        "feed_encode_fraction": (encoded - data) / max(seconds, 1e-9),
-        "feed_batch_fraction": (batched - encoded) / max(seconds, 1e-9),
-        "epoch_seconds": seconds,
-        "epoch_batches": stats.batches,
-        "epoch_real_tokens": stats.real_tokens,
-    }
-    if device.type == "cuda":
-        figures["gpu_memory_peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-    return figures
+    @property
+    def done(self) -> bool:
+        return self.progress.step >= self.plan.total_steps
 
 
 def train_loop_per_worker(config: dict) -> None:
-    import mlflow
+    worker = start(config)
+    train = worker.cfg.train
+    encoder = GraphEncoder(worker.tokenizer, worker.cfg.model.max_node_tokens, train.encode_processes)
+    while not worker.done and worker.progress.epoch < train.epochs:
+        train_epoch(worker, encoder)
+        if not worker.done:
+            worker.progress.epoch += 1
+            worker.progress.batches_in_epoch = 0
+    encoder.close()
+    evaluate_and_checkpoint(worker, final=True)
+    if worker.tracking is not None:
+        worker.tracking.end()
+
+
+def start(config: dict) -> Worker:
+    """Seeds, the model and optimizer (from the last checkpoint when there is one), DDP, rank 0's run."""
     import ray.train
     import ray.train.torch
-    import torch
 
     cfg = XHConfig.model_validate(config["cfg"])
     plan = StepPlan(**config["plan"])
-    dev_missed = list(config.get("dev_missed") or [])
     train = cfg.train
     context = ray.train.get_context()
-    rank = context.get_world_rank()
     start_worker(train.seed, train.threads_per_worker)
     device = ray.train.torch.get_device()
-
     checkpoint = ray.train.get_checkpoint()
     progress = Progress()
     if checkpoint is not None:
@@ -237,146 +209,152 @@ def train_loop_per_worker(config: dict) -> None:
             )
             progress = load_training_state(folder, optimizer, scheduler)
     else:
-        model = new_model(cfg.model)
-        tokenizer = load_tokenizer(cfg.model.backbone)
+        model, tokenizer = new_model(cfg.model), load_tokenizer(cfg.model.backbone)
         optimizer, scheduler = adamw_with_warmup(
             parameter_groups(model, train), plan.total_steps, train.warmup_fraction
         )
     # Every parameter gets a gradient in every step (each architecture's loss touches all its outputs,
     # `tests/unit/train/test_train_ddp.py`), so DDP need not walk the autograd graph again for unused ones.
     ddp_model = ray.train.torch.prepare_model(model, parallel_strategy_kwargs={"find_unused_parameters": False})
-
     nodes = _worker_nodes(context.get_world_size())
-    tracking = None
-    if rank == 0:
-        tracking = TrainingRun(cfg, "train", run_name=train.run_name, run_id=progress.mlflow_run_id)
-        progress.mlflow_run_id = tracking.run_id
-        mlflow.set_tag("worker_nodes", str(len(set(nodes))))
-        # the graphs table's own settings (edge mode, node counts, ...), as its build recorded them
-        log_graph_settings(mlflow, config.get("graph_settings") or {})
-        log_split(mlflow, config.get("split"), config.get("inputs") or [])
-    train_shard = ray.train.get_dataset_shard("train")
-    dev_rows = (
-        [row for b in ray.train.get_dataset_shard("dev").iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
-        if rank == 0
-        else []
+    rank = context.get_world_rank()
+    tracking = open_run(cfg, config, progress, nodes) if rank == 0 else None
+    trainer = Trainer(
+        model, ddp_model, optimizer, scheduler, train, device, progress, StepMeter(tracking, plan.workers)
     )
-
-    def checkpoint_and_report(final: bool) -> None:
-        metrics: dict = {"step": progress.step, "epoch": progress.epoch}
-        if rank != 0:
-            report(metrics)
-            return
-        recorder, batches, official = None, [], {}
-        if final and train.attention_figures and getattr(model, "hop_steps", None):
-            from xh.train.figures import HopAttentionRecorder
-
-            with HopAttentionRecorder(model) as recorder:
-                metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, batches, official, dev_missed)
-        else:
-            metrics |= evaluate_dev(model, tokenizer, dev_rows, cfg, official=official, missed=dev_missed)
-        if official:
-            _log_fever_files(mlflow, official, progress.step)
-        model.train()
-        progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
-        tracking.log(progress.step, progress.metrics)
-        report(metrics, save=lambda folder: save_training_state(folder, model, optimizer, scheduler, progress))
-        tracking.flush()  # after the report: steps since the previous checkpoint are now final
-        if final:
-            from xh.train.figures import log_attention_figures, log_training_curves
-
-            log_training_curves(mlflow, tracking.run_id)
-            if recorder is not None:
-                log_attention_figures(recorder, batches, mlflow)
-
+    worker = Worker(config, cfg, plan, rank, trainer, tokenizer, tracking, first_step=progress.step)
+    if rank == 0:
+        shard = ray.train.get_dataset_shard("dev")
+        worker.dev_rows = [row for b in shard.iter_batches(batch_format="pyarrow") for row in b.to_pylist()]
     model.train()
-    window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
-    started, first_step = window_start, progress.step  # a resumed run's ETA counts only its own steps
-    done = progress.step >= plan.total_steps
-    layout, arch = BatchLayout.of(cfg), architecture(model)
-    encoder = GraphEncoder(tokenizer, cfg.model.max_node_tokens, train.encode_processes)
-    while not done and progress.epoch < train.epochs:
-        feed: dict[str, float] = {}  # the background thread's seconds, by part of the chain (`timed`)
-        batches = timed(
-            train_shard.iter_batches(
-                batch_size=train.batch_graphs,
-                batch_format="pyarrow",
-                drop_last=not layout.packed,
-                local_shuffle_buffer_size=train.batch_graphs * 16,
-                local_shuffle_seed=train.seed + progress.epoch,
-            ),
-            feed,
-            "data",
-        )
-        # Encoded and batched ahead, in a background thread; resuming skips what the checkpoint trained on.
-        if arch.encodes_graphs:
-            # tables, not dicts: the encoder's processes convert them, off this process's busy thread
-            encoded = timed(encoder.map(batches), feed, "encoded")
-            made = timed(layout.batches(encoded, progress.batches_in_epoch, plan.batches_per_epoch), feed, "batched")
-        else:  # its own batches (DocHopper: paragraphs without the question): no packing
-            tables = itertools.islice(batches, progress.batches_in_epoch, plan.batches_per_epoch)
-            made = (arch.collate(model, t.to_pylist(), tokenizer, cfg.model.max_node_tokens) for t in tables)
-        epoch_start, epoch_stats = time.perf_counter(), BatchStats()
-        prefetched = Prefetcher(made, depth=2, pin_memory=device.type == "cuda")
-        stream = in_lockstep(prefetched, device) if layout.packed else prefetched
-        for index, batch in enumerate(stream, start=progress.batches_in_epoch):
-            if arch.encodes_graphs:
-                epoch_stats.add(batch)  # on the host: no wait for the device
-            batch = batch.to(device, non_blocking=True)
-            with autocast(device, train.bf16):
-                output = ddp_model(batch)
-            (output.loss / train.grad_accum).backward()
-            progress.batches_in_epoch = index + 1
-            window_graphs += batch.num_graphs
-            window_tokens += batch.num_real_tokens
-            if progress.batches_in_epoch % train.grad_accum:
-                continue
-            grad_norm = optimizer_step(model, optimizer, scheduler, train.max_grad_norm)
-            progress.step += 1
-            if tracking is not None:
-                seconds = time.perf_counter() - window_start
-                tracking.log(
-                    progress.step,
-                    {
-                        "loss": output.loss.item(),
-                        "lr": scheduler.get_last_lr()[0],
-                        "grad_norm": grad_norm,
-                        # this worker's throughput times the workers: every worker runs the same batches
-                        "graphs_per_s": window_graphs * plan.workers / seconds,
-                        "tokens_per_s": window_tokens * plan.workers / seconds,
-                    }
-                    | {f"loss_{k}": v.item() for k, v in output.losses.items()},
-                )
-            if tracking is not None and train.log_every and progress.step % train.log_every == 0:
-                done_here = (progress.step - first_step, time.perf_counter() - started)
-                log_progress(
-                    progress.step,
-                    plan.total_steps,
-                    output.loss.item(),
-                    window_graphs * plan.workers,
-                    time.perf_counter() - window_start,
-                    done_here,
-                )
-            window_start, window_graphs, window_tokens = time.perf_counter(), 0, 0
-            if rank == 0:
-                _inject_failure_once(progress.step, config["storage_dir"])
-            done = progress.step >= plan.total_steps
-            if done:
-                break
-            if train.eval_every and progress.step % train.eval_every == 0:
-                checkpoint_and_report(final=False)
-        prefetched.close()
-        if tracking is not None and epoch_stats.batches:
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # the epoch's time includes its last steps' kernels
-            tracking.log(
-                progress.step,
-                epoch_figures(epoch_stats, prefetched, feed, time.perf_counter() - epoch_start, device),
-            )
-        if not done:
-            progress.epoch += 1
-            progress.batches_in_epoch = 0
-    encoder.close()
-    checkpoint_and_report(final=True)
-    if tracking is not None:
-        tracking.end()
+    return worker
+
+
+def open_run(cfg: XHConfig, config: dict, progress: Progress, nodes: list[str]) -> TrainingRun:
+    """Rank 0's MLflow run (resumed when the checkpoint names one), with the run's lineage logged."""
+    import mlflow
+
+    tracking = TrainingRun(cfg, "train", run_name=cfg.train.run_name, run_id=progress.mlflow_run_id)
+    progress.mlflow_run_id = tracking.run_id
+    mlflow.set_tag("worker_nodes", str(len(set(nodes))))
+    # the graphs table's own settings (edge mode, node counts, ...), as its build recorded them
+    log_graph_settings(mlflow, config.get("graph_settings") or {})
+    log_split(mlflow, config.get("split"), config.get("inputs") or [])
+    return tracking
+
+
+def epoch_batches(worker: Worker, encoder: GraphEncoder, feed: dict[str, float]) -> Prefetcher:
+    """This epoch's batches, encoded and batched ahead in a background thread (`feed`: its seconds by part
+    of the chain); resuming skips what the checkpoint trained on."""
+    import ray.train
+
+    train, progress = worker.cfg.train, worker.progress
+    layout, arch = BatchLayout.of(worker.cfg), architecture(worker.model)
+    rows = ray.train.get_dataset_shard("train").iter_batches(
+        batch_size=train.batch_graphs,
+        batch_format="pyarrow",
+        drop_last=not layout.packed,
+        local_shuffle_buffer_size=train.batch_graphs * 16,
+        local_shuffle_seed=train.seed + progress.epoch,
+    )
+    tables = timed(rows, feed, "data")
+    if arch.encodes_graphs:
+        # tables, not dicts: the encoder's processes convert them, off this process's busy thread
+        encoded = timed(encoder.map(tables), feed, "encoded")
+        made = timed(layout.batches(encoded, progress.batches_in_epoch, worker.plan.batches_per_epoch), feed, "batched")
+    else:  # its own batches (DocHopper: paragraphs without the question): no packing
+        tables = itertools.islice(tables, progress.batches_in_epoch, worker.plan.batches_per_epoch)
+        max_tokens = worker.cfg.model.max_node_tokens
+        made = (arch.collate(worker.model, t.to_pylist(), worker.tokenizer, max_tokens) for t in tables)
+    return Prefetcher(made, depth=2, pin_memory=worker.trainer.device.type == "cuda")
+
+
+def train_epoch(worker: Worker, encoder: GraphEncoder) -> None:
+    """The steps of one epoch (or what is left of it), with a dev evaluation and checkpoint every
+    `train.eval_every` steps; the epoch's figures at its end."""
+    trainer, train = worker.trainer, worker.cfg.train
+    feed: dict[str, float] = {}
+    prefetched = epoch_batches(worker, encoder, feed)
+    stream = in_lockstep(prefetched, trainer.device) if BatchLayout.of(worker.cfg).packed else prefetched
+    stats, epoch_start = BatchStats(), time.perf_counter()
+    encodes_graphs = architecture(worker.model).encodes_graphs
+    for host_batch in stream:
+        if encodes_graphs:
+            stats.add(host_batch)  # on the host: no wait for the device
+        output = trainer.forward_backward(host_batch)
+        if not trainer.step_due():
+            continue
+        trainer.optimizer_step(output)
+        step_done(worker)
+        if worker.done:
+            break
+        if train.eval_every and worker.progress.step % train.eval_every == 0:
+            evaluate_and_checkpoint(worker, final=False)
+    prefetched.close()
+    if worker.tracking is not None and stats.batches:
+        trainer.meter.flush()
+        if trainer.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize(trainer.device)  # the epoch's time includes its last steps' kernels
+        seconds = time.perf_counter() - epoch_start
+        worker.tracking.log(worker.progress.step, epoch_figures(stats, prefetched, feed, seconds, trainer.device))
+
+
+def step_done(worker: Worker) -> None:
+    """After each optimizer step: every `train.log_every` steps, rank 0 flushes the step figures (the only
+    read-back between checkpoints) and prints the progress line. Tests patch this to stop a worker."""
+    step, every = worker.progress.step, worker.cfg.train.log_every
+    if worker.tracking is None or not every or step % every:
+        return
+    meter = worker.trainer.meter
+    graphs, window_s = meter.last_window
+    last = meter.flush()
+    done_here = (step - worker.first_step, time.perf_counter() - worker.started)
+    log_progress(step, worker.plan.total_steps, last["loss"], graphs * worker.plan.workers, window_s, done_here)
+
+
+def evaluate_and_checkpoint(worker: Worker, final: bool) -> None:
+    """Every worker reports; rank 0 evaluates on dev, logs, and attaches the checkpoint (weights, optimizer,
+    progress). The final one also logs the training curves and, when asked, the hop-attention figures."""
+    import mlflow
+
+    progress, trainer = worker.progress, worker.trainer
+    metrics: dict = {"step": progress.step, "epoch": progress.epoch}
+    if worker.rank != 0:
+        report(metrics)
+        return
+    trainer.meter.flush()
+    dev_metrics, recorder, batches = evaluate_worker(worker, final)
+    metrics |= dev_metrics
+    progress.metrics = {k: v for k, v in metrics.items() if k.startswith("dev_")}
+    worker.tracking.log(progress.step, progress.metrics)
+    state = (worker.model, trainer.optimizer, trainer.scheduler, progress)
+    report(metrics, save=lambda folder: save_training_state(folder, *state))
+    worker.tracking.flush()  # after the report: steps since the previous checkpoint are now final
+    if final:
+        from xh.train.figures import log_attention_figures, log_training_curves
+
+        log_training_curves(mlflow, worker.tracking.run_id)
+        if recorder is not None:
+            log_attention_figures(recorder, batches, mlflow)
+
+
+def evaluate_worker(worker: Worker, final: bool) -> tuple[dict, object, list]:
+    """Rank 0's dev metrics (FEVER: the official files logged too); at the end, with `train.attention_figures`,
+    also the hop-attention recorder and the batches it saw. The model is back in training mode after."""
+    import mlflow
+
+    model, cfg, missed = worker.model, worker.cfg, list(worker.config.get("dev_missed") or [])
+    recorder, batches, official = None, [], {}
+    if final and cfg.train.attention_figures and getattr(model, "hop_steps", None):
+        from xh.train.figures import HopAttentionRecorder
+
+        with HopAttentionRecorder(model) as recorder:
+            metrics = evaluate_dev(model, worker.tokenizer, worker.dev_rows, cfg, batches, official, missed)
+    else:
+        metrics = evaluate_dev(model, worker.tokenizer, worker.dev_rows, cfg, official=official, missed=missed)
+    if official:
+        _log_fever_files(mlflow, official, worker.progress.step)
+    model.train()
+    return metrics, recorder, batches

@@ -583,7 +583,7 @@ def test_real_minilm_loads_with_three_hop_layers_and_trains_a_step(minilm_path):
 def test_rank_zero_progress_line_says_step_loss_speed_and_eta(caplog):
     import logging
 
-    from xh.train.loop import log_progress
+    from xh.train.meters import log_progress
 
     with caplog.at_level(logging.INFO, logger="xh.train"):
         line = log_progress(30, 200, 2.13456, graphs=48, window_s=4.0, done_here=(20, 100.0))
