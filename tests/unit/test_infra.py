@@ -269,6 +269,11 @@ state, args = os.environ["FAKE_KUBE_STATE"], sys.argv[1:]
 def flag(name):
     return next(a.split("=", 1)[1] for a in args if a.startswith(name + "="))
 assert flag("--namespace") == "xh", args
+if args[0] == "delete":  # the clean step: earlier nights' RayJobs, never the one about to be applied
+    assert "--ignore-not-found" in args, args
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(open(args[args.index("-f") + 1])) if d]
+    json.dump(names, open(os.path.join(state, "deleted.json"), "w"))
+    sys.exit(0)
 job = yaml.safe_load(open(args[args.index("-f") + 1]))
 if args[0] == "apply":
     json.dump(job, open(os.path.join(state, "applied.json"), "w"))
@@ -368,7 +373,10 @@ def test_cronjob_pod_ends_as_soon_as_the_rayjob_ends_and_succeeds_only_if_the_ra
     status, verdict = RAYJOB_ENDINGS[ending]
     results = _run_cronjob_pod(tmp_path, status)
     # the wait step returns on any ending (no six-hour wait for a failure); the last step gives the verdict
-    assert results == [("render", 0), ("apply", 0), ("wait", 0), ("succeeded", verdict)]
+    assert results == [("render", 0), ("clean", 0), ("apply", 0), ("wait", 0), ("succeeded", verdict)]
+    deleted = json.loads((tmp_path / "state" / "deleted.json").read_text())
+    applied = json.loads((tmp_path / "state" / "applied.json").read_text())["metadata"]["name"]
+    assert len(deleted) == 38 and applied not in deleted  # nights 3 to 40 ago; tonight's and the last two stay
 
 
 NOT_ENDED = [{"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}, {"jobDeploymentStatus": "Initializing"}, {}]
@@ -376,7 +384,7 @@ NOT_ENDED = [{"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}, {"jobDe
 
 @pytest.mark.parametrize("status", NOT_ENDED)
 def test_cronjob_pod_keeps_waiting_while_the_rayjob_has_not_ended(status, tmp_path):
-    assert _run_cronjob_pod(tmp_path, status) == [("render", 0), ("apply", 0), ("wait", STILL_WAITING)]
+    assert _run_cronjob_pod(tmp_path, status) == [("render", 0), ("clean", 0), ("apply", 0), ("wait", STILL_WAITING)]
 
 
 def test_cronjob_renders_and_applies_the_dated_batch_scoring_rayjob_and_waits_past_its_deadline(tmp_path):
