@@ -32,10 +32,11 @@ TARGETS = [
 TARGET = TARGETS[0]
 # the runtime lock's extras; every other extra is the dev lock's alone
 RUNTIME_EXTRAS = ("server", "offline")
-# test and benchmark packages, and what only they bring: never in the image
+# test and benchmark packages, and what only they bring: never in the image (numba is the runtime's own:
+# the BM25 kernel, xh/retrieval/bm25_kernel.py)
 NOT_RUNTIME = (
-    "pytest", "pytest-timeout", "pytest-xdist", "moto", "cfn-lint", "kubernetes-validate", "numba",
-    "llvmlite", "rank-bm25", "bm25s", "ruff", "responses", "py-partiql-parser", "aws-xray-sdk",
+    "pytest", "pytest-timeout", "pytest-xdist", "moto", "cfn-lint", "kubernetes-validate",
+    "rank-bm25", "bm25s", "ruff", "responses", "py-partiql-parser", "aws-xray-sdk",
 )  # fmt: skip
 
 
@@ -246,6 +247,7 @@ def test_the_registered_models_requirements_are_the_locked_versions():
     lock = _lock()
     pins = dict(line.split("==") for line in pip_requirements())
     assert pins["torch"] == _torch_version()
+    assert pins.pop("transformer-xh-ray") == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     for name, pinned in pins.items():
         if canonicalize_name(name) != "torch":
             assert pinned == lock[canonicalize_name(name)][0], f"{name}=={pinned}: the lock has another version"
