@@ -120,7 +120,7 @@ def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing
     table = mlflow.load_table(promote.TABLE, run_ids=[run.info.run_id])
     assert len(table) == 2 * len(rows) > 0
     for version, role in (("1", "champion"), ("2", "challenger")):
-        mine = table[table["version"] == version]
+        mine = table[table["version"].astype(str) == version]  # read_json makes "1" a number
         assert set(mine["role"]) == {role} and list(mine["qid"]) == [r["qid"] for r in rows]
         assert list(mine["gold"]) == [r["answer"] for r in rows]
         assert list(mine["prediction"]) == [p["answer"] for p in version_predictions(pair, version, rows)]
