@@ -82,11 +82,7 @@ def truncate_node(
 
 def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
     """One GRAPHS row (HotpotQA or FEVER) as token ids and token-level labels (rules in the module docstring)."""
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    if cls_id is None or sep_id is None:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no cls/sep token: it cannot lay out XH nodes")
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} is not a fast tokenizer: offset mappings need one")
+    cls_id, sep_id = _special_ids(tokenizer)
     nodes = row["nodes"]
     paragraphs = ["".join(node["sentences"] or ()) for node in nodes]
     anchor_texts = [[a for a in node.get("anchors") or () if a and a.strip()] for node in nodes]
@@ -127,28 +123,12 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
         kept_sentences = int(sentence_ids.max()) + 1 if p_len else 0
         num_sentences.append(kept_sentences)
 
-        support = node.get("supporting_sentences")
-        labels = np.full(kept_sentences, -1 if support is None else 0, np.int64)
-        for s in support or ():
-            if s < kept_sentences:
-                labels[s] = 1
-        sentence_labels.append(labels)
+        sentence_labels.append(_sentence_labels(node, kept_sentences))
         relevance.append(-1 if node.get("is_evidence") is None else int(node["is_evidence"]))
 
-        char_spans = node.get("answer_spans")
-        found = 0
-        kept_end = p_offs[p_len - 1][1] if p_len else 0
-        for span in char_spans or ():
-            start, end = int(span["start"]), int(span["end"])
-            if end > kept_end or end <= start:
-                continue  # cut by truncation (or empty)
-            tokens = np.flatnonzero((kept[:, 1] > start) & (kept[:, 0] < end))
-            if not len(tokens):
-                continue
-            found += 1
-            priority = 0 if node.get("is_evidence") else 1
-            spans.append((priority, i, start, len(side_a) + int(tokens[0]), len(side_a) + int(tokens[-1])))
-        has_answer.append(-1 if char_spans is None else int(found > 0))
+        found = _answer_spans(node, i, kept, len(side_a))
+        spans += found
+        has_answer.append(-1 if node.get("answer_spans") is None else int(bool(found)))
 
         per_node["input_ids"].append(input_ids)
         per_node["token_type_ids"].append(token_type)
@@ -177,6 +157,41 @@ def encode_graph(row: dict, tokenizer, max_node_tokens: int) -> EncodedGraph:
         sentence_labels=sentence_labels,
         edge_types=_edge_type_ids(row),
     )
+
+
+def _special_ids(tokenizer) -> tuple[int, int]:
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    if cls_id is None or sep_id is None:
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no cls/sep token: it cannot lay out XH nodes")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"tokenizer {type(tokenizer).__name__} is not a fast tokenizer: offset mappings need one")
+    return cls_id, sep_id
+
+
+def _sentence_labels(node: dict, kept_sentences: int) -> np.ndarray:
+    """1 for a supporting sentence kept after truncation, 0 for the others; all -1 when the node has no labels."""
+    support = node.get("supporting_sentences")
+    labels = np.full(kept_sentences, -1 if support is None else 0, np.int64)
+    for s in support or ():
+        if s < kept_sentences:
+            labels[s] = 1
+    return labels
+
+
+def _answer_spans(node: dict, i: int, kept: np.ndarray, first_token: int) -> list[tuple[int, int, int, int, int]]:
+    """(priority, node, char start, token start, token end) of each answer span the kept paragraph tokens
+    (`kept`: their character spans, the first at token `first_token`) still cover."""
+    kept_end = int(kept[-1, 1]) if len(kept) else 0
+    spans = []
+    for span in node.get("answer_spans") or ():
+        start, end = int(span["start"]), int(span["end"])
+        if end > kept_end or end <= start:
+            continue  # cut by truncation (or empty)
+        tokens = np.flatnonzero((kept[:, 1] > start) & (kept[:, 0] < end))
+        if len(tokens):
+            priority = 0 if node.get("is_evidence") else 1
+            spans.append((priority, i, start, first_token + int(tokens[0]), first_token + int(tokens[-1])))
+    return spans
 
 
 def _edge_type_ids(row: dict) -> np.ndarray | None:
