@@ -4,6 +4,7 @@ the training's alias and tags."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import mlflow
@@ -95,6 +96,10 @@ def log_and_register(model_dir: str, *, run_id: str, cfg: XHConfig, metrics: dic
     name = cfg.train.register_as
     # start_run(run_id) refuses a run of another experiment than the process's active one
     mlflow.set_experiment(experiment_id=mlflow.MlflowClient().get_run(run_id).info.experiment_id)
+    # While log_model checks the input example, MLflow patches os.environ process-wide and then iterates the
+    # names it saw without a lock: another thread reading the environment meanwhile fails the log ("Set
+    # changed size during iteration", seen in CI). The names are only a hint for Databricks serving.
+    os.environ.setdefault("MLFLOW_RECORD_ENV_VARS_IN_MODEL_LOGGING", "false")
     with mlflow.start_run(run_id=run_id, nested=mlflow.active_run() is not None):
         info = mlflow.pyfunc.log_model(
             name="model",
