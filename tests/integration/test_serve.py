@@ -47,7 +47,8 @@ def _expected(cfg, name: str, version: str, questions: list[dict]) -> dict[str, 
         )
     predictions = Pipeline.load(model=f"models:/{name}/{version}").predict(graphs)
     text = {q["_id"]: q["question"] for q in questions}
-    return {p["qid"]: answer(text[p["qid"]], p, model) for p in predictions}
+    by_qid = {g["qid"]: g for g in graphs}  # the question type each graph was built with, as served
+    return {p["qid"]: answer(text[p["qid"]], p, model, by_qid[p["qid"]]) for p in predictions}
 
 
 def _same(served: dict, expected: dict) -> None:
@@ -63,10 +64,6 @@ def two_versions(scoring_world, tiny_backbone, mlflow_server, s3_endpoint):  # n
     return name
 
 
-@pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#41/#44 serving rework): a served answer differs from the pipeline's in a field; open in #44",
-    strict=False,
-)
 def test_the_served_champion_answers_like_pipeline_and_serves_the_new_version_after_a_reload(
     scoring_world,  # noqa: F811
     two_versions,
@@ -199,10 +196,6 @@ def _register_without_record(name: str, backbone: str, tracking: str) -> str:
     return str(mlflow.register_model(info.model_uri, name).version)
 
 
-@pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#41/#44 serving rework): a served answer differs from the pipeline's in a field; open in #44",
-    strict=False,
-)
 def test_the_fastapi_app_documents_itself_refuses_bad_bodies_and_answers_each_record_in_its_place(
     scoring_world,  # noqa: F811
     two_versions,
