@@ -59,6 +59,7 @@ def cli(capsys):
     from tests.cli import xh
 
     def run(*args: str) -> tuple[int, str, dict | None]:
+        capsys.readouterr()  # what the test printed before (MLflow's run links while registering) is not ours
         try:
             xh("promote", *args)
             code = 0
@@ -93,14 +94,11 @@ def pair(world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint):
     return name
 
 
-@pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
-    strict=False,
-)
 def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing(
     pair, world_graphs, mlflow_server, cli, monkeypatch, tmp_path
 ):
     from xh.registry import version_predictions
+    from xh.registry.versions import logged_model_id
     from xh.stages import promote
     from xh.train.split import held_set
 
@@ -127,7 +125,7 @@ def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing
 
     [evaluation] = run.inputs.dataset_inputs
     for version, f1 in (("1", 0.30), ("2", 0.50)):  # each version's metrics on its model, with the eval set
-        model_id = client.get_model_version(pair, version).model_id
+        model_id = logged_model_id(client.get_model_version(pair, version))
         logged = [m for m in mlflow.get_logged_model(model_id).metrics if m.run_id == run.info.run_id]
         by_key = {m.key: m for m in logged}
         assert by_key["eval_f1"].value == f1 and {"eval_em", "eval_joint_f1"} <= set(by_key)
@@ -135,10 +133,6 @@ def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing
         assert by_key["eval_f1"].dataset_digest == evaluation.dataset.digest
 
 
-@pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
-    strict=False,
-)
 def test_exit_codes_promoted_kept_and_refused_each_in_one_line(
     pair, world_graphs, tiny_backbone, mlflow_server, cli, monkeypatch, tmp_path
 ):
@@ -173,10 +167,6 @@ def test_exit_codes_promoted_kept_and_refused_each_in_one_line(
     assert client.get_model_version_by_alias(pair, "champion").version == "2"
 
 
-@pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#42): unverified against a real server when landed; open in #42",
-    strict=False,
-)
 def test_a_gate_set_the_champion_trained_on_is_refused(world_graphs, tiny_backbone, mlflow_server, cli, tmp_path):
     from xh.train.split import held_set
 

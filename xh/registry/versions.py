@@ -46,6 +46,15 @@ def version_of(client, name: str, alias: str):
         return None
 
 
+def logged_model_id(version) -> str | None:
+    """The logged model behind a registry version (an MLflow ModelVersion): a registry that keeps no
+    `model_id` on its versions (MLflow 3's own server) still names it in the source, `models:/m-...`."""
+    if version.model_id:
+        return version.model_id
+    source = version.source or ""
+    return source[len("models:/") :].split("/")[0] if source.startswith("models:/m-") else None
+
+
 def alias_version(name: str, alias: str) -> str | None:
     """The version `name@alias` points to, or None (no such model or alias)."""
     found = version_of(mlflow.MlflowClient(), name, alias)

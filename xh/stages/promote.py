@@ -30,6 +30,7 @@ import mlflow
 
 from xh import registry
 from xh.config import ConfigError, XHConfig
+from xh.registry.versions import logged_model_id
 from xh.store import Store
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
@@ -150,7 +151,7 @@ class Evaluated:
         from mlflow.entities import Dataset
 
         self.predictions[version] = predictions
-        model_id = mlflow.MlflowClient().get_model_version(self.name, version).model_id
+        model_id = logged_model_id(mlflow.MlflowClient().get_model_version(self.name, version))
         ref = self.dataset
         source = json.dumps({"uri": ref["uri"]})
         dataset = Dataset(ref["name"], ref["digest"], "s3" if ref["uri"].startswith("s3://") else "local", source)
