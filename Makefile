@@ -93,9 +93,10 @@ demo: install
 	$(if $(filter hotpot all,$(TASK)),$(DEMO) --config configs/demo.yaml)
 	$(if $(filter fever all,$(TASK)),$(DEMO) --config configs/demo-fever.yaml)
 
-# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass. The 30 slowest tests are
+# listed at the end, so that a CI log says where the suite's time goes.
 test: install lint
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The house style: ruff's formatter and linter, configured in pyproject.toml; CI runs `make lint`.
