@@ -497,7 +497,9 @@ def read_partition(partition: Location, columns: list[str] | None = None, attemp
             return schemas.PREDICTIONS.empty_table().select(columns or schemas.PREDICTIONS.names)
         fs = files[0].fs_path()[0]
         try:
-            return pads.dataset([f.fs_path()[1] for f in files], filesystem=fs, format="parquet").to_table(
+            # the table's schema, not the first file's: a column added since (null in older files) is kept
+            paths = [f.fs_path()[1] for f in files]
+            return pads.dataset(paths, schema=schemas.PREDICTIONS, filesystem=fs, format="parquet").to_table(
                 columns=columns
             )
         except OSError:  # a later publish deleted a file it replaced (S3: NO_SUCH_KEY): its manifest is newer

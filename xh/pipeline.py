@@ -206,6 +206,12 @@ def prediction_row(question: str, prediction: dict) -> dict:
     }
 
 
+def question_type_of(graph: dict) -> dict:
+    """The question type a graph was built with and where it came from: "data", "classifier", or "default"
+    (no classifier: scored as a bridge question). FEVER graphs have none (both None)."""
+    return {"question_type": graph.get("question_type"), "question_type_source": graph.get("question_type_source")}
+
+
 # --- a registered version's pipeline ----------------------------------------------------------------
 
 

@@ -162,6 +162,9 @@ PREDICTIONS = pa.schema(
         pa.field("answer_type", pa.string()),  # span / yes / no (FEVER: null)
         pa.field("supporting_facts", pa.list_(SUPPORTING_FACT)),  # FEVER: the evidence {title: page id, sent: line}
         pa.field("score", pa.float64()),  # the chosen node's score (FEVER: the label's probability)
+        # what the graph was built as, and from what: data / classifier / default (no classifier: bridge)
+        pa.field("question_type", pa.string()),
+        pa.field("question_type_source", pa.string()),
         pa.field("model_name", pa.string(), nullable=False),
         pa.field("model_version", pa.string(), nullable=False),
         pa.field("run_id", pa.string(), nullable=False),  # the MLflow run that produced the model

@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
 from xh.config import ConfigError, XHConfig, load_config
-from xh.pipeline import Pipeline, VersionPipeline, prediction_row, version_pipeline
+from xh.pipeline import Pipeline, VersionPipeline, prediction_row, question_type_of, version_pipeline
 from xh.questions import InputLimits, question_rows, record_id
 from xh.registry import parse_model_uri, resolve_model
 from xh.store import Store
@@ -115,7 +115,7 @@ def answer(question: str, prediction: dict, model: dict, graph: dict | None = No
     row = prediction_row(question, prediction)
     out = {"id": row.pop("qid"), **row, "model": model["name"], "version": model["version"]}
     if graph is not None and graph.get("question_type_source") is not None:
-        out["question_type"], out["question_type_source"] = graph["question_type"], graph["question_type_source"]
+        out |= question_type_of(graph)
     if "label" in prediction:
         out["label"] = prediction["label"]
         out["evidence"] = [[page, int(line)] for page, line in prediction["evidence"]]

@@ -193,6 +193,8 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     row = table.slice(0, 1).to_pylist()[0]
     assert row["model_name"] == name and row["model_version"] == "1" and row["run_id"]
     assert row["corpus_snapshot"].startswith(str(scoring_world["root"]))
+    # no classifier configured: each row says its question was scored as a bridge question by default
+    assert {(r["question_type"], r["question_type_source"]) for r in table.to_pylist()} == {("bridge", "default")}
 
     again = score.run(load_config(None, overrides))  # same date and model: replaced, not duplicated
     assert again["resumed_stages"] == []

@@ -13,7 +13,7 @@ import pytest
 from xh import schemas
 from xh.config import ConfigError, load_config
 from xh.graph.hotpot import NO_NODES
-from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
 from xh.questions import parse_question_file
 from xh.registry import parse_model_uri
 
@@ -120,7 +120,7 @@ def test_questions_become_graphs_and_predictions_and_a_question_without_document
         assert p["answer_doc_id"] in {node["doc_id"] for node in graph["nodes"]}
         assert isinstance(p["answer"], str) and 0.0 <= p["node_score"] <= 1.0
 
-    rows = [prediction_row(g["question"], p) for g, p in zip(graphs, predictions)]
+    rows = [prediction_row(g["question"], p) | question_type_of(g) for g, p in zip(graphs, predictions)]
     assert set(rows[0]) == set(schemas.PREDICTIONS.names) - PROVENANCE
     assert rows[0]["supporting_facts"] == [{"title": t, "sent": s} for t, s in predictions[0]["supporting_facts"]]
     assert rows[0]["score"] == predictions[0]["node_score"] and rows[0]["answer"] == predictions[0]["answer"]

@@ -70,7 +70,7 @@ from xh.partitions import (
     scored_versions,
     write_inputs_record,
 )
-from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
 from xh.pipeline import version_pipeline as build_version
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.registry import parse_model_uri, resolve_model
@@ -244,7 +244,10 @@ class _InferenceActor:
     def __call__(self, batch: pa.Table) -> pa.Table:
         questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
         predictions = self.pipeline.predict(graphs)
-        rows = [prediction_row(q, p) | self.provenance for q, p in zip(questions, predictions)]
+        rows = [
+            prediction_row(q, p) | question_type_of(g) | self.provenance
+            for q, p, g in zip(questions, predictions, graphs)
+        ]
         return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
 
 
