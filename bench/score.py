@@ -48,7 +48,7 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
     from xh.config import load_config
     from xh.model import XHModel
     from xh.stages import wiki
-    from xh.store import Store
+    from xh.storage.store import Store
 
     spec = synth.WorldSpec(num_docs=num_docs, seed=5)
     synth.write_world(
@@ -246,8 +246,8 @@ def scored_index(dates: list[int], files_per_date: int = 3, repeat: int = 20) ->
     `dates`; milliseconds per read (best of `repeat`)."""
     import posixpath
 
-    from xh.partitions import INPUTS, VersionLock, partition_of, publish, scored_inputs, write_inputs_record
-    from xh.store import Store
+    from xh.storage.partitions import INPUTS, VersionLock, partition_of, publish, scored_inputs, write_inputs_record
+    from xh.storage.store import Store
 
     def scan(output) -> int:  # what every run read before: each date's partition, each record in it
         fs, path = output.fs_path()

@@ -54,7 +54,7 @@ def loop(cfg, questions: list[dict], threads: int) -> dict:
 
     from xh.pipeline import Pipeline
     from xh.serve import graph_half, served_model
-    from xh.store import Store
+    from xh.storage.store import Store
 
     torch.set_num_threads(threads)
     model = served_model(cfg)

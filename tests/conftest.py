@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from xh.storage import S3Settings
+from xh.storage.uris import S3Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -156,7 +156,7 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
 
     from xh import synth
     from xh.stages import wiki
-    from xh.store import Store
+    from xh.storage.store import Store
 
     tmp = tmp_path_factory.mktemp("synth-tables")
     spec = synth.WorldSpec(num_docs=800, seed=3)

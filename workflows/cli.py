@@ -41,9 +41,9 @@ from xh.config import (
     stage_dict,
     storage_uris,
 )
-from xh.jsonfiles import InputFileError
-from xh.storage import StorageSettingsError
-from xh.store import Store
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Store
+from xh.storage.uris import StorageSettingsError
 from xh.tracking import redact_tree
 
 # Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.

@@ -14,7 +14,7 @@ row before it runs.
 A raw question (or claim) is answered through the version's own pipeline (`xh.pipeline.version_pipeline`,
 the constructor batch scoring and `xh serve` use): its retrieval and graph settings, its copied path scorer
 and referenced models, and the index it names, read from a local path or `s3://` with the S3 settings of
-the environment (`xh.storage.S3Settings.from_env`). Where the index lives now may be given by `XH_INDEX`
+the environment (`xh.storage.uris.S3Settings.from_env`). Where the index lives now may be given by `XH_INDEX`
 (a moved copy: refused unless its snapshot id is the version's) and `XH_TABLES` (the tables folder;
 default: the one the index was built from); a version whose graphs were built without an index (the
 distractor setting) needs `XH_INDEX`. `XH_QUESTION_CLASSIFIER` names a question-type classifier where the
@@ -171,8 +171,8 @@ def version_graph_half(data_path: str, env=None):
     from xh.pipeline import Pipeline, version_pipeline
     from xh.pipeline_record import PIPELINE_FILE, PipelineDrift
     from xh.retrieval.index import index_exists
-    from xh.storage import S3Settings
-    from xh.store import Store
+    from xh.storage.store import Store
+    from xh.storage.uris import S3Settings
 
     env = os.environ if env is None else env
     folder = Path(data_path) / PIPELINE_DIR

@@ -52,7 +52,7 @@ from xh.config import ConfigError, XHConfig, load_config
 from xh.pipeline import Pipeline, VersionPipeline, prediction_row, version_pipeline
 from xh.questions import InputLimits, question_rows, record_id
 from xh.registry import parse_model_uri, resolve_model
-from xh.store import Store
+from xh.storage.store import Store
 
 APP_NAME = "xh"
 KEEP_VERSIONS = 2  # the version served and the one before it (requests in flight during a switch)

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import TEST_BUCKET
 from xh.backbones import resolve_backbone
-from xh.store import Store
+from xh.storage.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from xh import synth
 from xh.config import load_config
 from xh.graph import store
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 @pytest.fixture(scope="module")

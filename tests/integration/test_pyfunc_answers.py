@@ -140,7 +140,7 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(
     from mlflow.exceptions import MlflowException
 
     from workflows import score
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     monkeypatch.delenv("XH_INDEX", raising=False)
     monkeypatch.delenv("XH_TABLES", raising=False)
@@ -390,8 +390,8 @@ def fever_version(fever_docs, s3_endpoint, mlflow_server, tiny_backbone, tmp_pat
     from tests.unit.graph.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
     from xh.graph.store import write_shard
-    from xh.storage import open_output
-    from xh.store import Store
+    from xh.storage.store import Store
+    from xh.storage.uris import open_output
 
     docs = fever_docs(PAGES)
     tables = f"s3://xh-test/fever-tables-{uuid.uuid4().hex[:6]}"

@@ -35,7 +35,7 @@ def graphs_folder(tmp_path_factory) -> str:
     """Three HotpotQA distractor graphs, built in this process (no Ray), as a graphs folder."""
     from tests.unit.graph.test_hotpot_paper import distractor_rows
     from xh.graph.store import write_shard
-    from xh.store import Store
+    from xh.storage.store import Store
 
     folder = tmp_path_factory.mktemp("graphs") / "hotpot"
     write_shard(distractor_rows()[:2], Store().at(str(folder)), 0)

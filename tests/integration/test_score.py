@@ -14,7 +14,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from xh.config import load_config
-from xh.tables import Stages
+from xh.storage.tables import Stages
 
 
 class InjectedFailure(RuntimeError):
@@ -147,7 +147,7 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint, fail_before
 ):
     from workflows import score
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-score-{uuid.uuid4().hex[:6]}"
@@ -349,7 +349,7 @@ def _score_overrides(
 
 
 def _write_questions(uri: str, lines: list[str]) -> None:
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     with open_output(uri) as out:
         out.write(("\n".join(lines) + "\n").encode())
@@ -496,7 +496,7 @@ def test_each_variant_trains_registers_with_its_flavour_and_is_promoted(trained_
 
 def test_each_variant_batch_scores_with_the_xh_command(trained_variant, scoring_world, mlflow_server, s3_endpoint):
     from workflows import score
-    from xh.storage import list_files, open_output
+    from xh.storage.uris import list_files, open_output
 
     name, architecture = trained_variant["name"], trained_variant["architecture"]
     mlflow.set_tracking_uri(mlflow_server)
@@ -636,8 +636,8 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 
 
 def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
-    from xh.store import Store
-    from xh.tables import fingerprint
+    from xh.storage.store import Store
+    from xh.storage.tables import fingerprint
 
     uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
     files = [Store(s3=s3_endpoint).at(uri)]

@@ -27,7 +27,7 @@ def test_a_graph_setting_unlike_the_versions_is_refused_and_opting_in_records_th
     from workflows import score
     from xh.pipeline_record import PipelineDrift
     from xh.registry import pipeline_of
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     name = _champion("xh-pipe", tiny_backbone, scoring_world, mlflow_server, seed=5)
     with tempfile.TemporaryDirectory() as dst:
@@ -70,7 +70,7 @@ def test_a_version_registered_without_a_pipeline_record_is_refused_in_one_line(
     from xh.pipeline import NoPipelineRecord
     from xh.registry import LOADER_MODULE, resolve_model
     from xh.stages.score import version_pipeline
-    from xh.store import Store
+    from xh.storage.store import Store
 
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("score-tests")

@@ -38,7 +38,7 @@ def _expected(cfg, name: str, version: str, questions: list[dict]) -> dict[str, 
     """What `Pipeline` answers for `questions` with version `version`: its recorded graph half, then its model."""
     from xh.pipeline import Pipeline
     from xh.serve import answer, graph_half
-    from xh.store import Store
+    from xh.storage.store import Store
 
     model = {"name": name, "version": version, "run_id": ""}
     with tempfile.TemporaryDirectory() as folder:

@@ -32,7 +32,7 @@ def worker_dies_at_step_3(monkeypatch):
         import os
 
         import xh.train.loop as worker_loop
-        from xh.store import Store
+        from xh.storage.store import Store
 
         step_done = worker_loop.step_done
 
@@ -79,7 +79,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     """One Ray Train run checks both: two workers on two nodes with checkpoints on S3, registered by
     alias; and a worker killed mid-run, resumed from the checkpoint with exactly the planned steps."""
     from workflows.train import fit, run
-    from xh.storage import list_paths, open_input
+    from xh.storage.uris import list_paths, open_input
 
     name = f"xh-test-{uuid.uuid4().hex[:6]}"
     cfg = _config(

@@ -157,8 +157,11 @@ def test_the_cycle_finder_finds_a_cycle_and_a_backwards_arrow():
     graph = {"xh.a": {"xh.b"}, "xh.b": {"xh.c"}, "xh.c": {"xh.a"}, "xh.d": {"xh.a"}}
     assert cycles(graph) == [["xh.a", "xh.b", "xh.c"]]
     assert "workflows.common" in import_graph()["workflows.demo"]
-    # xh.tables names Location in its hints only (under TYPE_CHECKING): no arrow back from it
-    assert "xh.tables" in import_graph()["xh.store"] and "xh.store" not in import_graph()["xh.tables"]
+    # xh.storage.tables names Location in its hints only (under TYPE_CHECKING): no arrow back from it
+    assert (
+        "xh.storage.tables" in import_graph()["xh.storage.store"]
+        and "xh.storage.store" not in import_graph()["xh.storage.tables"]
+    )
     upward = {"xh.graph.hotpot": {"xh.model.gesa", "xh.schemas"}, "xh.model.gesa": {"xh.graph.typed"}}
     assert upward_imports(upward) == {"xh.graph.hotpot": ["xh.model.gesa"]}
 
@@ -176,12 +179,12 @@ def test_every_driver_is_wiring_and_leaves_storage_settings_to_the_store():
     long = {p.name: n for p in drivers if (n := len(p.read_text().splitlines())) > DRIVER_LINES}
     assert long == {}, f"drivers over {DRIVER_LINES} lines: move their logic into xh/stages/"
     assert [p.name for p in (ROOT / "workflows").glob("*.py") if "s3_settings" in p.read_text()] == []
-    assert not (ROOT / "xh" / "staging.py").exists()  # one commit protocol: xh/tables.py
+    assert not (ROOT / "xh" / "staging.py").exists()  # one commit protocol: xh/storage/tables.py
 
 
-# The storage layer: a place is a `xh.store.Location` (a URI with the store that reaches it), so only the
+# The storage layer: a place is a `xh.storage.store.Location` (a URI with the store that reaches it), so only the
 # two modules that make Locations ever see S3 settings beside a URI.
-STORAGE_MODULES = {"xh/storage.py", "xh/store.py"}
+STORAGE_MODULES = {"xh/storage/uris.py", "xh/storage/store.py"}
 
 
 def s3_parameters(source: str, where: str) -> list[str]:
@@ -203,7 +206,7 @@ def test_no_function_outside_the_storage_layer_takes_s3_settings_beside_a_uri():
             where = path.relative_to(ROOT).as_posix()
             if where not in STORAGE_MODULES:
                 found += s3_parameters(path.read_text(), where)
-    assert found == [], "take a Location (xh.store) instead of a (uri, s3) pair"
+    assert found == [], "take a Location (xh.storage.store) instead of a (uri, s3) pair"
     # the finder finds one, keyword-only or positional
     assert s3_parameters("def f(uri, s3=None): ...\ndef g(*, s3): ...\nh = lambda s3: s3", "x.py") == [
         "x.py:1 f",

@@ -171,7 +171,7 @@ def _table_predictions(uri: str, gold: list[Any]) -> list[dict | None]:
     """A Parquet predictions table, one official record per gold line (None where a claim has none)."""
     import pyarrow.dataset as pads
 
-    from xh.storage import resolve
+    from xh.storage.uris import resolve
 
     try:
         fs, path = resolve(uri)

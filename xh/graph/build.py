@@ -47,7 +47,7 @@ from xh.graph.hotpot import (
     read_distractor_questions,
 )
 from xh.schemas import RAW_LIMIT
-from xh.store import Location
+from xh.storage.store import Location
 
 # items -> (GRAPHS rows, QUARANTINE rows, counted flags)
 ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]

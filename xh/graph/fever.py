@@ -59,7 +59,7 @@ from xh.fever import REFUTES, SUPPORTS
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats, search_shards
 from xh.retrieval.entity_linking import EntityLinker
-from xh.store import Location, located
+from xh.storage.store import Location, located
 from xh.wiki.titles import normalize_title
 
 __all__ = [

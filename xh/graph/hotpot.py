@@ -75,10 +75,10 @@ import pyarrow.dataset as pads
 
 from xh.config import GraphsConfig, RetrieveConfig
 from xh.graph.encoded import QUESTION_TYPES
-from xh.jsonfiles import InputFileError
 from xh.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, located
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Location, located
 from xh.wiki.titles import normalize_title
 
 EDGE_MODES = ("hyperlink", "bidirectional", "full", "sequence", "typed")

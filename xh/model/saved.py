@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"

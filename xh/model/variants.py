@@ -33,7 +33,7 @@ from xh.model.saved import load_tokenizer
 from xh.model.xh import XHModel
 
 if TYPE_CHECKING:
-    from xh.store import Location
+    from xh.storage.store import Location
 
 
 class Architecture(Protocol):

@@ -39,10 +39,10 @@ from datetime import date
 
 import pyarrow.dataset as pads
 
-from xh import locations
 from xh.backbones import resolve_backbone
 from xh.config import XHConfig
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 from xh.tracking import flatten_numbers, redact, stage_run, tracking_uri_without_credentials
 from xh.train.split import in_dev_split
 

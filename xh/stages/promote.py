@@ -30,7 +30,7 @@ import mlflow
 
 from xh import registry
 from xh.config import ConfigError, XHConfig
-from xh.store import Store
+from xh.storage.store import Store
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
 EXIT_PROMOTED = 0

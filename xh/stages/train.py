@@ -19,9 +19,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xh import locations
 from xh.config import ConfigError, XHConfig
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 from xh.train.data import dev_source, question_kinds
 
 log = logging.getLogger("xh.train")

@@ -22,7 +22,7 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 
 SPLIT_ARTIFACT = "split.json"
 PARTS = ("train", "dev", "gate")

@@ -19,7 +19,7 @@ from xh.graph.build import fever_plan
 from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import predict_graphs
 from xh.model import XHModel, load_tokenizer
-from xh.store import Store
+from xh.storage.store import Store
 from xh.train.loop import fever_dev_metrics
 
 pytestmark = pytest.mark.unit

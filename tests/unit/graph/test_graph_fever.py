@@ -16,7 +16,7 @@ from xh import schemas, synth
 from xh.fever import claim_rows, read_fever_claims
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, build_fever_graphs, evidence_recall
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 pytestmark = pytest.mark.unit
 

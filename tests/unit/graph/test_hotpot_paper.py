@@ -165,7 +165,7 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
 def test_separate_training_joins_a_model_per_type_and_weights_their_dev_metrics(backbone, tmp_path, monkeypatch):
     """`train.question_types=separate`: one fit per type (Ray Train's part is stood in for), one routed folder."""
     from xh.stages import train
-    from xh.store import Store
+    from xh.storage.store import Store
 
     fits = []
 
@@ -242,7 +242,7 @@ def test_quarantine_ids_are_read_from_raw_records_even_truncated(tmp_path):
 
     # what the training driver hands its workers: the dev split's misses and the table's settings
     from xh.stages.train import Job
-    from xh.store import Store
+    from xh.storage.store import Store
     from xh.train.data import dev_source, graph_settings
     from xh.train.loop import in_dev_split, log_graph_settings
     from xh.train.split import dev_missed

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
-from xh.tables import MARKER
+from xh.storage.tables import MARKER
 from xh.train.split import (
     dev_questions,
     dev_set,

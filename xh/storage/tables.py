@@ -1,7 +1,7 @@
 """Tables handed on whole or not at all (staged writes, a completion marker, a reader check), and a batch
 job's resumable stages on the same marker.
 
-    table = store.at("runs/demo/graphs/hotpot")      # a Location (xh.store); `table.staged(...)` says the same
+    table = store.at("runs/demo/graphs/hotpot")      # a Location (xh.storage.store); `table.staged(...)` says the same
     with staged(table, kind=GRAPHS, stage="graphs", inputs={...}) as stage:
         write_everything_under(stage.location)  # a hidden sibling: <parent>/.hotpot.staging
         stage.rows = 500
@@ -65,10 +65,10 @@ import pyarrow.fs as pafs
 
 from xh import schemas
 from xh.config import ConfigError
-from xh.storage import is_s3, list_paths, resolve
+from xh.storage.uris import is_s3, list_paths, resolve
 
-if TYPE_CHECKING:  # Locations are what this protocol works on; xh.store builds on this module
-    from xh.store import Location
+if TYPE_CHECKING:  # Locations are what this protocol works on; xh.storage.store builds on this module
+    from xh.storage.store import Location
 
 _log = logging.getLogger("xh.stages").info
 
@@ -468,7 +468,7 @@ class Stages:
 
     With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings is cleared
     first, and the fingerprint is written there (`_staging.json`, its first file, with `run_id`: the run
-    it belongs to, which the caller makes the only writer, e.g. under `xh.partitions.VersionLock`); a
+    it belongs to, which the caller makes the only writer, e.g. under `xh.storage.partitions.VersionLock`); a
     non-empty folder without one of a batch job's is refused (`ForeignFolderError`), never cleared. Each
     stage logs its start and its end (rows, seconds), for the job's log."""
 
