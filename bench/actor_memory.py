@@ -135,7 +135,7 @@ def write_questions(work: Path, num_docs: int, args) -> None:
     import pyarrow.parquet as pq
 
     from xh.config import load_config
-    from xh.questions import read_hotpot_questions
+    from xh.inputs.questions import read_hotpot_questions
     from xh.storage.store import Store
 
     cfg = load_config(None, settings(work, num_docs, args))

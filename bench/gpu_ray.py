@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     from workflows.cli import configure_logging
     from workflows.common import init_ray
-    from xh.backbones import random_backbone, resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     configure_logging(-1)
     work = Path(args.work or tempfile.mkdtemp(prefix="xh-gpu-ray-"))

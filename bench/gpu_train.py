@@ -247,9 +247,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from xh.backbones import resolve_backbone
     from xh.graph.encode import GraphEncoder
     from xh.model import load_tokenizer
+    from xh.model.backbones import resolve_backbone
 
     rows = graph_rows(args.hotpot, args.graphs)
     configs = ["baseline", *(c for c in args.configs.split(",") if c != "baseline")]

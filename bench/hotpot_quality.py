@@ -231,7 +231,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     sink = open(args.out, "a") if args.out else None  # noqa: SIM115 (kept open for the whole run)
 

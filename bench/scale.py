@@ -314,7 +314,7 @@ def main() -> None:
     if args.shard_budget_gib is None:
         args.shard_budget_gib = 2.0
     if args.one:
-        from xh.backbones import resolve_backbone
+        from xh.model.backbones import resolve_backbone
 
         print(RESULT + json.dumps(one_size(args, args.docs[0], resolve_backbone(args.backbone))), flush=True)
         return

@@ -97,7 +97,7 @@ def slice_of(row: dict) -> str:
 
 def tiny_backbone(folder: Path) -> str:
     """A random 3 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
-    from xh.backbones import random_backbone, resolve_backbone
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
@@ -451,7 +451,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     args.device = torch.device(args.device)
     began = time.perf_counter()
-    from xh.backbones import resolve_backbone, truncated_backbone
+    from xh.model.backbones import resolve_backbone, truncated_backbone
 
     if args.tiny:
         args.backbone_path = tiny_backbone(out / "tiny")

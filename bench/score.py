@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     backbone = resolve_backbone(args.backbone)
     workers = args.workers or (1 if args.gpu else args.num_cpus)

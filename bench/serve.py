@@ -114,8 +114,8 @@ def main() -> None:
     import ray
 
     from workflows.serve import serving
-    from xh.backbones import resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import resolve_backbone
     from xh.serve import free_port
     from xh.tracking import configure
 

@@ -81,8 +81,8 @@ def main() -> None:
     import ray
 
     from workflows.train import fit
-    from xh.backbones import resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import resolve_backbone
 
     backbone = resolve_backbone(args.backbone)
     with tempfile.TemporaryDirectory() as tmp:

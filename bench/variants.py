@@ -42,7 +42,7 @@ TRAIN_END = 400  # questions [0, 400) train, [400, 500) dev
 
 def tiny_backbone(folder: Path) -> str:
     """A random 3 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
-    from xh.backbones import random_backbone, resolve_backbone
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
@@ -239,7 +239,7 @@ def main() -> None:
 
     import mlflow
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     mlflow.set_tracking_uri(args.mlflow or f"sqlite:///{Path.cwd() / 'variants-mlflow.db'}")
     mlflow.set_experiment(args.experiment)

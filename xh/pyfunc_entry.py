@@ -105,9 +105,9 @@ class XHVersionModel(mlflow.pyfunc.PythonModel):
 
     def _questions(self, rows: list, ids: list[str], asked: list[int]) -> tuple[dict[int, dict], dict[int, str]]:
         """Raw questions (or claims) at positions `asked` -> (their graphs, the reasons of those without one),
-        checked as `xh serve` and batch scoring check them (`xh.questions.question_rows`)."""
+        checked as `xh serve` and batch scoring check them (`xh.inputs.questions.question_rows`)."""
         from xh.graph.store import qids_of_quarantine
-        from xh.questions import InputLimits, question_rows
+        from xh.inputs.questions import InputLimits, question_rows
 
         records = [
             rows[i].model_dump(exclude={"graph", "qid", "id"}, exclude_none=True) | {"id": ids[i]} for i in asked

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_BUCKET
-from xh.backbones import resolve_backbone
+from xh.model.backbones import resolve_backbone
 from xh.storage.store import Store
 
 pytestmark = pytest.mark.integration

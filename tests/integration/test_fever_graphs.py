@@ -101,7 +101,7 @@ def test_fever_train_promote_batch_score_and_the_official_score(
     from workflows.cli import app
     from xh import registry
     from xh.eval.fever import evaluate_fever_files
-    from xh.fever import write_claim_split
+    from xh.inputs.claims import write_claim_split
 
     claims = world / "world" / "fever" / "claims.jsonl"  # the generated claims only: every one gets a graph
     fractions = ["graphs.dev_fraction=0.3", "graphs.test_fraction=0.3"]

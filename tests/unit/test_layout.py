@@ -213,3 +213,13 @@ def test_no_function_outside_the_storage_layer_takes_s3_settings_beside_a_uri():
         "x.py:2 g",
         "x.py:3 lambda",
     ]
+
+
+# A reader finds a module by its package: storage in xh/storage/, inputs in xh/inputs/, the model's in xh/model/.
+MAX_LOOSE_MODULES = 10
+
+
+def test_at_most_ten_modules_loose_at_the_top_of_the_library():
+    loose = sorted(p.stem for p in (ROOT / "xh").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_MODULES, loose
+    assert not (ROOT / "xh" / "store.py").exists() and (ROOT / "xh" / "storage" / "store.py").exists()

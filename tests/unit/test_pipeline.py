@@ -13,8 +13,8 @@ import pytest
 from xh import schemas
 from xh.config import ConfigError, load_config
 from xh.graph.hotpot import NO_NODES
+from xh.inputs.questions import parse_question_file
 from xh.pipeline import Pipeline, prediction_row, settings_of
-from xh.questions import parse_question_file
 from xh.registry import parse_model_uri
 
 PROVENANCE = {"model_name", "model_version", "run_id", "corpus_snapshot", "scored_at", "pipeline_drift"}

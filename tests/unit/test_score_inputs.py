@@ -13,7 +13,7 @@ import pytest
 
 from xh import schemas
 from xh.config import ConfigError, load_config
-from xh.questions import InputLimits, later_files, parse_question_file
+from xh.inputs.questions import InputLimits, later_files, parse_question_file
 from xh.storage.store import Store
 from xh.storage.tables import fingerprint
 

@@ -18,8 +18,8 @@ import logging
 import time
 from pathlib import Path
 
-from xh.backbones import resolve_backbone
 from xh.config import XHConfig
+from xh.model.backbones import resolve_backbone
 from xh.retrieval.rerank import Example, training_examples
 from xh.storage import locations
 from xh.storage.store import Location, Store

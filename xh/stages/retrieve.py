@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.config import ConfigError, RetrieveConfig, XHConfig
-from xh.questions import read_hotpot_questions
+from xh.inputs.questions import read_hotpot_questions
 from xh.retrieval.bm25 import CorpusStats
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
