@@ -66,8 +66,8 @@ def register_model(base: list[str], work: Path, backbone: str) -> None:
     import mlflow
 
     from xh.config import load_config
-    from xh.model import XHModel
-    from xh.registry import log_and_register
+    from xh.model.xh import XHModel
+    from xh.registry.register import log_and_register
     from xh.tracking import configure
 
     cfg = load_config(None, base)

@@ -207,7 +207,9 @@ def run_xh(args, world: str, train_rows: list[dict], dev_rows: list[dict], hop_l
     """XH (`variant` paper) or GESA (`variant` gesa, on the rows of the typed edges)."""
     from xh.config import ModelConfig
     from xh.graph.encode import encode_graph
-    from xh.model import XHModel, collate, decode
+    from xh.model.batch import collate
+    from xh.model.decode import decode
+    from xh.model.xh import XHModel
 
     cfg = ModelConfig(
         backbone=args.backbone_path,
@@ -260,7 +262,8 @@ def run_xh(args, world: str, train_rows: list[dict], dev_rows: list[dict], hop_l
 
 
 def run_dochopper(args, world: str, train_rows: list[dict], dev_rows: list[dict], hops: int) -> dict:
-    from xh.model.dochopper import DocHopper, DocHopperConfig
+    from xh.model.dochopper.config import DocHopperConfig
+    from xh.model.dochopper.model import DocHopper
 
     torch.manual_seed(args.seed)
     kinds = ("paragraph", "sentence") * (hops // 2)

@@ -46,7 +46,7 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
     from workflows import retrieve
     from xh import synth
     from xh.config import load_config
-    from xh.model import XHModel
+    from xh.model.xh import XHModel
     from xh.stages import wiki
     from xh.storage.store import Store
 
@@ -85,7 +85,7 @@ def register(base: list[str], work: Path, model_dir: Path) -> None:
 
     from workflows import graphs
     from xh.config import load_config
-    from xh.registry import log_and_register
+    from xh.registry.register import log_and_register
     from xh.tracking import configure
 
     # an input example for the signature: a few distractor-setting graphs of the world

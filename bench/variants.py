@@ -73,7 +73,9 @@ def run_xh(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], ho
     """XH (`variant` paper) or GESA (`variant` gesa: `model.hop_variant: gesa`; the rows of edge mode typed)."""
     from xh.config import ModelConfig
     from xh.graph.encode import encode_graph
-    from xh.model import XHModel, collate, decode
+    from xh.model.batch import collate
+    from xh.model.decode import decode
+    from xh.model.xh import XHModel
 
     cfg = ModelConfig(
         backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens, hop_variant=variant
@@ -119,7 +121,8 @@ def run_xh(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], ho
 
 
 def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], hops: int) -> dict:
-    from xh.model.dochopper import DocHopper, DocHopperConfig
+    from xh.model.dochopper.config import DocHopperConfig
+    from xh.model.dochopper.model import DocHopper
 
     torch.manual_seed(args.seed)
     kinds = ("paragraph", "sentence") * (hops // 2)

@@ -162,8 +162,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from xh.config import ModelConfig
-    from xh.model import XHModel, collate, pack_batches
     from xh.model.backbones import resolve_backbone
+    from xh.model.batch import collate, pack_batches
+    from xh.model.xh import XHModel
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:

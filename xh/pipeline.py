@@ -277,7 +277,7 @@ def version_pipeline(
     label = f"{model['name']} v{model['version']}"
     with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
         if record_folder is None:
-            from xh.registry import pipeline_of
+            from xh.registry.register import pipeline_of
 
             found = pipeline_of(model["name"], model["version"], dst)
         else:

@@ -1,7 +1,7 @@
 """What a registered model version records of the question -> graph path that trained it, and how
 scoring takes it back.
 
-    record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.log_and_register`)
+    record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.register.log_and_register`)
     cfg, drift = apply_pipeline(cfg, record, store.at(folder), allow_drift=False)   # at scoring (`xh.stages.score`)
 
 The record holds the prediction-affecting retrieval and graph settings, the small trained models it

@@ -3,12 +3,12 @@
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")
     model.predict(pd.DataFrame({"id": ["q1"], "question": ["Which city hosts ...?"]}))    # raw questions
     model.predict(pd.DataFrame({"id": [75397], "claim": ["Nikolaj Coster-Waldau is Danish."]}))  # FEVER
-    model.predict(graph_input(graph_rows))                 # prebuilt graphs (`xh.registry.graph_input`)
+    model.predict(graph_input(graph_rows))                 # prebuilt graphs (`xh.registry.pyfunc.graph_input`)
     mlflow models serve -m models:/xh-hotpot@champion      # POST {"inputs": [{...}]}
 
 MLflow imports this module from the `xh` package the version's requirements install (a version carries no
 code) and calls `_load_pyfunc` with the version's data folder: the saved model and `pipeline/`
-(`xh.registry.with_pipeline`). `predict` has type hints (`list[PyfuncInput]`), so MLflow validates every
+(`xh.registry.register.with_pipeline`). `predict` has type hints (`list[PyfuncInput]`), so MLflow validates every
 row before it runs.
 
 A raw question (or claim) is answered through the version's own pipeline (`xh.pipeline.version_pipeline`,
@@ -40,7 +40,8 @@ from typing import Any
 import mlflow
 import pandas as pd
 
-from xh.registry import PIPELINE_DIR, LoadedVersion, PyfuncInput, predictions_frame
+from xh.registry.pyfunc import LoadedVersion, PyfuncInput, predictions_frame
+from xh.registry.register import PIPELINE_DIR
 
 INDEX_VAR = "XH_INDEX"  # where the version's index lives now (a moved copy of the same snapshot)
 TABLES_VAR = "XH_TABLES"  # the tables folder the graph half reads docs and links from

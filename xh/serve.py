@@ -51,7 +51,7 @@ from ray import serve
 from xh.config import ConfigError, XHConfig, load_config
 from xh.inputs.questions import InputLimits, question_rows, record_id
 from xh.pipeline import Pipeline, VersionPipeline, prediction_row, version_pipeline
-from xh.registry import parse_model_uri, resolve_model
+from xh.registry.versions import parse_model_uri, resolve_model
 from xh.storage.store import Store
 
 APP_NAME = "xh"

@@ -135,7 +135,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert steps == [1, 2, 3, 4, 5, 6]  # step 3 ran twice (before and after the failure), logged once
 
     model = mlflow.pyfunc.load_model(f"models:/{name}@challenger")
-    from xh.registry import graph_input
+    from xh.registry.pyfunc import graph_input
 
     rows = pads.dataset(world_graphs, format="parquet").head(3).to_pylist()
     predictions = model.predict(graph_input(rows))

@@ -147,7 +147,7 @@ def test_graphs_of_the_distractor_setting_record_no_index(version):
 @pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
 def test_registration_copies_the_path_scorer_where_scoring_reads_it(tmp_path, monkeypatch, relative):
     """The demo names its path scorer by a relative path, which the listing gives back absolute."""
-    from xh.registry import with_pipeline
+    from xh.registry.register import with_pipeline
     from xh.storage.store import Store
 
     monkeypatch.chdir(tmp_path)

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
-from xh.eval import EvalInputError, read_jsonl
 from xh.graph.encoded import CLAIM_LABELS
+from xh.storage.jsonfiles import InputFileError as EvalInputError
+from xh.storage.jsonfiles import read_jsonl
 
 MAX_EVIDENCE = 5
 NEI = "NOT ENOUGH INFO"

@@ -61,7 +61,7 @@ from xh.config import XHConfig
 from xh.inputs.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.pipeline import Pipeline, prediction_row, settings_of
 from xh.pipeline import version_pipeline as build_version
-from xh.registry import parse_model_uri, resolve_model
+from xh.registry.versions import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
 from xh.storage import locations

@@ -18,7 +18,7 @@ from xh.graph.build import fever_plan
 from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import predict_graphs
 from xh.inputs.claims import claim_split, read_fever_claims, write_claim_split
-from xh.model import XHModel, load_tokenizer
+from xh.model.xh import XHModel, load_tokenizer
 from xh.storage.store import Store
 from xh.train.loop import fever_dev_metrics
 

@@ -20,8 +20,10 @@ from xh.eval.hotpot import evaluate_hotpot
 from xh.eval.official import hotpot_gold, hotpot_prediction_file
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.store import qids_of_quarantine, quarantined_qids
-from xh.inference import RoutedModel, load_model, predict_graphs, save_routed
-from xh.model import collate, decode
+from xh.inference import load_model, predict_graphs
+from xh.model.batch import collate
+from xh.model.decode import decode
+from xh.model.routed import RoutedModel, save_routed
 
 OTHER = ["Paris is the capital of France.", " It lies on the Seine."]
 
@@ -150,7 +152,7 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
     assert other["node_score"] != predictions[0]["node_score"]  # the two models do differ
 
     # the registry's pyfunc loads the same folder and routes alike
-    from xh.registry import XHPyfunc, graph_input
+    from xh.registry.pyfunc import XHPyfunc, graph_input
 
     pyfunc = XHPyfunc()
     pyfunc.load_context(SimpleNamespace(artifacts={"model": str(folder)}))
