@@ -135,8 +135,8 @@ def write_questions(work: Path, num_docs: int, args) -> None:
     import pyarrow.parquet as pq
 
     from xh.config import load_config
-    from xh.questions import read_hotpot_questions
-    from xh.store import Store
+    from xh.inputs.questions import read_hotpot_questions
+    from xh.storage.store import Store
 
     cfg = load_config(None, settings(work, num_docs, args))
     rows, _ = read_hotpot_questions(Store.from_config(cfg).at(cfg.retrieve.questions))
@@ -155,7 +155,7 @@ def measure(work: Path, num_docs: int, args) -> dict:
 
     from xh.config import load_config
     from xh.stages.retrieve import _index, _QueryActor, _tables
-    from xh.store import Store
+    from xh.storage.store import Store
 
     cfg = load_config(None, settings(work, num_docs, args))
     store = Store.from_config(cfg)

@@ -133,7 +133,7 @@ def step_figures(size: str, hop_layers: int, args, batch) -> dict:
     from transformers import BertConfig, BertModel
 
     from xh.config import ModelConfig, TrainConfig
-    from xh.model import XHModel
+    from xh.model.xh import XHModel
     from xh.train.meters import StepMeter
     from xh.train.state import Progress
     from xh.train.step import Trainer

@@ -16,8 +16,8 @@ import json
 import platform
 import time
 
-from xh.fever import read_fever_claims
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, evidence_recall
+from xh.inputs.claims import read_fever_claims
 
 
 def measure(tables: str, claims: list[dict], reranker: str | None, pool: int) -> dict:

@@ -154,7 +154,7 @@ def build_world(cfg, records: list[dict]) -> None:
     """synth -> wiki -> retrieve (index, path scorer, run) -> graphs, as `make demo` runs them."""
     from workflows import graphs, retrieve, synth, wiki
     from xh.stages import demo
-    from xh.store import Store
+    from xh.storage.store import Store
 
     steps = [
         ("synth", lambda c: synth.run(c)),
@@ -261,11 +261,11 @@ def promote_and_score(cfg, device: str, records: list[dict]) -> None:
     """`@challenger` promoted on the held-out graphs, then the held-out questions scored by model actors
     (a GPU each on CUDA) against the champion in a plain loop on the same device."""
     from workflows import score
-    from xh import locations
     from xh.pipeline import Pipeline, settings_of
     from xh.stages import demo
-    from xh.storage import join, open_output
-    from xh.store import Store
+    from xh.storage import locations
+    from xh.storage.store import Store
+    from xh.storage.uris import join, open_output
 
     train_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"register_as": REGISTERED})})
     start = time.perf_counter()
@@ -353,8 +353,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     from workflows.cli import configure_logging
     from workflows.common import init_ray
-    from xh.backbones import random_backbone, resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     configure_logging(-1)
     work = Path(args.work or tempfile.mkdtemp(prefix="xh-gpu-ray-"))

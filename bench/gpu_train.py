@@ -92,7 +92,7 @@ def tiny_backbone(folder: Path, tokenizer_folder: str) -> str:
 def batches(config: str, rows: list[dict], tokenizer, args, encoder):
     """The batches of one epoch for one configuration (made ahead in a background thread but for the baseline)."""
     from xh.graph.encode import encode_graphs
-    from xh.model import collate
+    from xh.model.batch import collate
     from xh.model.packing import pack
     from xh.train.batching import BatchLayout
     from xh.train.prefetch import Prefetcher
@@ -145,7 +145,7 @@ class Run:
 
     def __init__(self, config: str, hop_layers: int, backbone: str, args, encoder):
         from xh.config import ModelConfig
-        from xh.model import XHModel
+        from xh.model.xh import XHModel
 
         self.config, self.args, self.encoder = config, args, encoder
         self.device = torch.device(args.device)
@@ -161,7 +161,7 @@ class Run:
         self.last = None
 
     def forward_backward(self, batch) -> None:
-        from xh.inference import autocast
+        from xh.model.predict import autocast
 
         with autocast(self.device, True):
             loss = self.model(batch).loss
@@ -247,9 +247,9 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from xh.backbones import resolve_backbone
     from xh.graph.encode import GraphEncoder
-    from xh.model import load_tokenizer
+    from xh.model.backbones import resolve_backbone
+    from xh.model.xh import load_tokenizer
 
     rows = graph_rows(args.hotpot, args.graphs)
     configs = ["baseline", *(c for c in args.configs.split(",") if c != "baseline")]

@@ -78,7 +78,8 @@ def load_split(path: str, dev_records: int) -> tuple[list[dict], list[dict], lis
 def train_model(args, backbone: str, overrides: dict, rows: list[dict], steps: int, seed: int):
     from xh.config import ModelConfig, TrainConfig
     from xh.graph.encode import encode_graph
-    from xh.model import XHModel, collate
+    from xh.model.batch import collate
+    from xh.model.xh import XHModel
     from xh.train.loop import parameter_groups
     from xh.train.worker import adamw_with_warmup, optimizer_step
 
@@ -101,7 +102,7 @@ def train_model(args, backbone: str, overrides: dict, rows: list[dict], steps: i
 
 
 def autocast(args):
-    from xh.inference import autocast as xh_autocast
+    from xh.model.predict import autocast as xh_autocast
 
     return xh_autocast(torch.device(args.device), bf16=True)
 
@@ -109,7 +110,8 @@ def autocast(args):
 def predict(args, model, rows: list[dict]) -> dict[str, list[dict]]:
     """Predictions per sp_mode, from one forward pass per batch."""
     from xh.graph.encode import encode_graph
-    from xh.model import collate, decode
+    from xh.model.batch import collate
+    from xh.model.decode import decode
 
     out: dict[str, list[dict]] = {mode: [] for mode in SP_MODES}
     cfg = model.cfg
@@ -231,7 +233,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     sink = open(args.out, "a") if args.out else None  # noqa: SIM115 (kept open for the whole run)
 

@@ -268,8 +268,8 @@ def train(records: list[dict], r, backbone: str, device: str = "cpu", paths: boo
 
 
 def main() -> None:
-    from xh.backbones import resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import resolve_backbone
     from xh.retrieval.evaluate import retrieval_report
     from xh.retrieval.rerank import CrossEncoder
 

@@ -66,8 +66,8 @@ def register_model(base: list[str], work: Path, backbone: str) -> None:
     import mlflow
 
     from xh.config import load_config
-    from xh.model import XHModel
-    from xh.registry import log_and_register
+    from xh.model.xh import XHModel
+    from xh.registry.register import log_and_register
     from xh.tracking import configure
 
     cfg = load_config(None, base)
@@ -314,7 +314,7 @@ def main() -> None:
     if args.shard_budget_gib is None:
         args.shard_budget_gib = 2.0
     if args.one:
-        from xh.backbones import resolve_backbone
+        from xh.model.backbones import resolve_backbone
 
         print(RESULT + json.dumps(one_size(args, args.docs[0], resolve_backbone(args.backbone))), flush=True)
         return

@@ -97,7 +97,7 @@ def slice_of(row: dict) -> str:
 
 def tiny_backbone(folder: Path) -> str:
     """A random 3 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
-    from xh.backbones import random_backbone, resolve_backbone
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
@@ -207,7 +207,9 @@ def run_xh(args, world: str, train_rows: list[dict], dev_rows: list[dict], hop_l
     """XH (`variant` paper) or GESA (`variant` gesa, on the rows of the typed edges)."""
     from xh.config import ModelConfig
     from xh.graph.encode import encode_graph
-    from xh.model import XHModel, collate, decode
+    from xh.model.batch import collate
+    from xh.model.decode import decode
+    from xh.model.xh import XHModel
 
     cfg = ModelConfig(
         backbone=args.backbone_path,
@@ -260,7 +262,8 @@ def run_xh(args, world: str, train_rows: list[dict], dev_rows: list[dict], hop_l
 
 
 def run_dochopper(args, world: str, train_rows: list[dict], dev_rows: list[dict], hops: int) -> dict:
-    from xh.model.dochopper import DocHopper, DocHopperConfig
+    from xh.model.dochopper.config import DocHopperConfig
+    from xh.model.dochopper.model import DocHopper
 
     torch.manual_seed(args.seed)
     kinds = ("paragraph", "sentence") * (hops // 2)
@@ -451,7 +454,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     args.device = torch.device(args.device)
     began = time.perf_counter()
-    from xh.backbones import resolve_backbone, truncated_backbone
+    from xh.model.backbones import resolve_backbone, truncated_backbone
 
     if args.tiny:
         args.backbone_path = tiny_backbone(out / "tiny")

@@ -46,9 +46,9 @@ def setup(work: Path, num_docs: int, num_questions: int, backbone: str):
     from workflows import retrieve
     from xh import synth
     from xh.config import load_config
-    from xh.model import XHModel
+    from xh.model.xh import XHModel
     from xh.stages import wiki
-    from xh.store import Store
+    from xh.storage.store import Store
 
     spec = synth.WorldSpec(num_docs=num_docs, seed=5)
     synth.write_world(
@@ -85,7 +85,7 @@ def register(base: list[str], work: Path, model_dir: Path) -> None:
 
     from workflows import graphs
     from xh.config import load_config
-    from xh.registry import log_and_register
+    from xh.registry.register import log_and_register
     from xh.tracking import configure
 
     # an input example for the signature: a few distractor-setting graphs of the world
@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--backbone", default=None, help="default: the MiniLM of the offline extra")
     parser.add_argument("--gpu", action="store_true")
     args = parser.parse_args()
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     backbone = resolve_backbone(args.backbone)
     workers = args.workers or (1 if args.gpu else args.num_cpus)
@@ -246,8 +246,8 @@ def scored_index(dates: list[int], files_per_date: int = 3, repeat: int = 20) ->
     `dates`; milliseconds per read (best of `repeat`)."""
     import posixpath
 
-    from xh.partitions import INPUTS, VersionLock, partition_of, publish, scored_inputs, write_inputs_record
-    from xh.store import Store
+    from xh.storage.partitions import INPUTS, VersionLock, partition_of, publish, scored_inputs, write_inputs_record
+    from xh.storage.store import Store
 
     def scan(output) -> int:  # what every run read before: each date's partition, each record in it
         fs, path = output.fs_path()

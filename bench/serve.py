@@ -54,7 +54,7 @@ def loop(cfg, questions: list[dict], threads: int) -> dict:
 
     from xh.pipeline import Pipeline
     from xh.serve import graph_half, served_model
-    from xh.store import Store
+    from xh.storage.store import Store
 
     torch.set_num_threads(threads)
     model = served_model(cfg)
@@ -114,8 +114,8 @@ def main() -> None:
     import ray
 
     from workflows.serve import serving
-    from xh.backbones import resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import resolve_backbone
     from xh.serve import free_port
     from xh.tracking import configure
 

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     import pyarrow as pa
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
     from xh.model.saved import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer or resolve_backbone(None))

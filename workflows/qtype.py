@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from xh.config import XHConfig
 from xh.stages import qtype as stage
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def run(cfg: XHConfig) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import rerank as stage
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def run(cfg: XHConfig) -> dict:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import retrieve as stage
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def _ready(cfg: XHConfig, check) -> Store:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from workflows.common import init_ray, verbose
 from xh.config import XHConfig
 from xh.stages import serve
-from xh.store import Store
+from xh.storage.store import Store
 from xh.tracking import absolute_tracking
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import train
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def _job(cfg: XHConfig) -> train.Job:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from workflows.common import init_ray
 from xh.config import XHConfig
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def run(cfg: XHConfig) -> dict:

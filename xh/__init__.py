@@ -1,6 +1,6 @@
 """Transformer-XH on Ray: the library (stages as subpackages, no Ray driver code, no side effects at import).
 
-Start with `xh.config` (typed config), `xh.storage` (URIs -> filesystems) and `xh.synth`
+Start with `xh.config` (typed config), `xh.storage.uris` (URIs -> filesystems) and `xh.synth`
 (the generated mini-Wikipedia); the drivers that run stages on Ray live in `workflows/`.
 """
 

@@ -9,7 +9,7 @@ what `xh config show STAGE` prints and what a stage logs to MLflow (flattened, d
 
 An unknown key or a value of the wrong type raises `ConfigError` whose message is one line
 naming the key, e.g. `unknown config key 'synth.num_doc'`.
-Credentials never live here: S3 keys come from the environment (see `xh.storage`).
+Credentials never live here: S3 keys come from the environment (see `xh.storage.uris`).
 """
 
 from __future__ import annotations
@@ -641,7 +641,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     return cfg
 
 
-# URI schemes a setting may use. Settings not named here are storage locations (`xh.storage`): a local
+# URI schemes a setting may use. Settings not named here are storage locations (`xh.storage.uris`): a local
 # path, file:// or s3://; these others name a service. Checked when the config is read, before any work.
 STORAGE_SCHEMES = ("file", "s3")
 SERVICE_SCHEMES: dict[str, tuple[str, ...]] = {

@@ -20,15 +20,15 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from xh.model import GraphBatch, XHModel, collate, load_tokenizer
-from xh.model.predict import autocast  # noqa: F401 (training and the benches take it from here)
-from xh.model.routed import ROUTED_FILE, ROUTED_FORMAT, ROUTED_TYPES, RoutedModel, save_routed  # noqa: F401
+from xh.model.batch import GraphBatch, collate
+from xh.model.routed import RoutedModel
 from xh.model.variants import architecture, load_saved
+from xh.model.xh import XHModel, load_tokenizer
 
 
 def load_model(folder: str, device: str | torch.device | None = None) -> tuple[XHModel | RoutedModel, object]:
     """(model, tokenizer) of a saved model folder: the one way a model is loaded (a registered version is
-    loaded from its data folder, `xh.registry.model_folder`). An XHModel or a DocHopper
+    loaded from its data folder, `xh.registry.versions.model_folder`). An XHModel or a DocHopper
     (`xh.model.variants`); a routed folder gives (RoutedModel, None). `device`: None, the GPU when there is one."""
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = load_saved(folder, device)

@@ -36,7 +36,7 @@ from xh.graph.docstore import DocStore
 from xh.graph.hotpot import HotpotGraphBuilder, Outcome, QuestionClassifier
 from xh.retrieval.candidates import Retriever
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, Store, located
+from xh.storage.store import Location, Store, located
 
 GRAPH_FAILURES = "graphs"  # the `source` of quarantine rows for questions without a graph
 
@@ -283,7 +283,7 @@ def version_pipeline(
     label = f"{model['name']} v{model['version']}"
     with tempfile.TemporaryDirectory(prefix="xh-pipeline-") as dst:
         if record_folder is None:
-            from xh.registry import pipeline_of
+            from xh.registry.register import pipeline_of
 
             found = pipeline_of(model["name"], model["version"], dst)
         else:
@@ -306,8 +306,8 @@ def _absolute(cfg: XHConfig, store: Store, record: dict) -> XHConfig:
     index was built from (FEVER: the docs table's folder the version names)."""
     from pathlib import Path
 
-    from xh import locations
     from xh.retrieval.index import read_manifest
+    from xh.storage import locations
 
     def absolute(uri: str | None) -> str | None:
         return uri if uri is None or "://" in uri else str(Path(uri).resolve())

@@ -1,7 +1,7 @@
 """What a registered model version records of the question -> graph path that trained it, and how
 scoring takes it back.
 
-    record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.log_and_register`)
+    record, copies = pipeline_record(cfg, graph_summary)   # at registration (`xh.registry.register.log_and_register`)
     cfg, drift = apply_pipeline(cfg, record, store.at(folder), allow_drift=False)   # at scoring (`xh.stages.score`)
 
 The record holds the prediction-affecting retrieval and graph settings, the small trained models it
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 
-from xh import locations
 from xh.config import NODE_CHOICE, ConfigError, XHConfig
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 
 PIPELINE_FORMAT = "xh-pipeline/1"
 PIPELINE_FILE = "pipeline.json"
@@ -63,7 +63,7 @@ def folder_digest(folder: Location) -> str:
     """A folder's content: the SHA-256 of its files' relative names and content digests (S3: ETags)."""
     import hashlib
 
-    from xh.tables import content_digest
+    from xh.storage.tables import content_digest
 
     digest = hashlib.sha256()
     for f in folder.files():
@@ -79,7 +79,7 @@ def index_reference(cfg: XHConfig, store: Store) -> dict | None:
     from pathlib import Path
 
     from xh.retrieval.index import read_manifest
-    from xh.storage import is_s3
+    from xh.storage.uris import is_s3
 
     if cfg.graphs.task == "fever":
         docs = store.at(locations.tables(cfg, cfg.retrieve.tables), "docs")

@@ -3,18 +3,18 @@
     model = mlflow.pyfunc.load_model("models:/xh-hotpot@champion")
     model.predict(pd.DataFrame({"id": ["q1"], "question": ["Which city hosts ...?"]}))    # raw questions
     model.predict(pd.DataFrame({"id": [75397], "claim": ["Nikolaj Coster-Waldau is Danish."]}))  # FEVER
-    model.predict(graph_input(graph_rows))                 # prebuilt graphs (`xh.registry.graph_input`)
+    model.predict(graph_input(graph_rows))                 # prebuilt graphs (`xh.registry.pyfunc.graph_input`)
     mlflow models serve -m models:/xh-hotpot@champion      # POST {"inputs": [{...}]}
 
 MLflow imports this module from the `xh` package the version's requirements install (a version carries no
 code) and calls `_load_pyfunc` with the version's data folder: the saved model and `pipeline/`
-(`xh.registry.with_pipeline`). `predict` has type hints (`list[PyfuncInput]`), so MLflow validates every
+(`xh.registry.register.with_pipeline`). `predict` has type hints (`list[PyfuncInput]`), so MLflow validates every
 row before it runs.
 
 A raw question (or claim) is answered through the version's own pipeline (`xh.pipeline.version_pipeline`,
 the constructor batch scoring and `xh serve` use): its retrieval and graph settings, its copied path scorer
 and referenced models, and the index it names, read from a local path or `s3://` with the S3 settings of
-the environment (`xh.storage.S3Settings.from_env`). Where the index lives now may be given by `XH_INDEX`
+the environment (`xh.storage.uris.S3Settings.from_env`). Where the index lives now may be given by `XH_INDEX`
 (a moved copy: refused unless its snapshot id is the version's) and `XH_TABLES` (the tables folder;
 default: the one the index was built from); a version whose graphs were built without an index (the
 distractor setting) needs `XH_INDEX`. `XH_QUESTION_CLASSIFIER` names a question-type classifier where the
@@ -40,7 +40,8 @@ from typing import Any
 import mlflow
 import pandas as pd
 
-from xh.registry import PIPELINE_DIR, LoadedVersion, PyfuncInput, predictions_frame
+from xh.registry.pyfunc import LoadedVersion, PyfuncInput, predictions_frame
+from xh.registry.register import PIPELINE_DIR
 
 INDEX_VAR = "XH_INDEX"  # where the version's index lives now (a moved copy of the same snapshot)
 TABLES_VAR = "XH_TABLES"  # the tables folder the graph half reads docs and links from
@@ -105,9 +106,9 @@ class XHVersionModel(mlflow.pyfunc.PythonModel):
 
     def _questions(self, rows: list, ids: list[str], asked: list[int]) -> tuple[dict[int, dict], dict[int, str]]:
         """Raw questions (or claims) at positions `asked` -> (their graphs, the reasons of those without one),
-        checked as `xh serve` and batch scoring check them (`xh.questions.question_rows`)."""
+        checked as `xh serve` and batch scoring check them (`xh.inputs.questions.question_rows`)."""
         from xh.graph.store import qids_of_quarantine
-        from xh.questions import InputLimits, question_rows
+        from xh.inputs.questions import InputLimits, question_rows
 
         records = [
             rows[i].model_dump(exclude={"graph", "qid", "id"}, exclude_none=True) | {"id": ids[i]} for i in asked
@@ -171,8 +172,8 @@ def version_graph_half(data_path: str, env=None):
     from xh.pipeline import Pipeline, version_pipeline
     from xh.pipeline_record import PIPELINE_FILE, PipelineDrift
     from xh.retrieval.index import index_exists
-    from xh.storage import S3Settings
-    from xh.store import Store
+    from xh.storage.store import Store
+    from xh.storage.uris import S3Settings
 
     env = os.environ if env is None else env
     folder = Path(data_path) / PIPELINE_DIR

@@ -14,7 +14,7 @@
 
 Three deployments, as batch scoring's two actor pools plus a door:
 
-    ingress    parses and checks the questions (`xh.questions.question_rows`, the limits of batch scoring: a bad
+    ingress    parses and checks the questions (`xh.inputs.questions.question_rows`, the limits of batch scoring: a bad
                record gets its reason as the answer's `error`), pins each request to the version served when it
                came in, and follows `serve.model`'s alias: it looks the alias up every `serve.alias_check_s` (and
                on reload), and when it moved, has both halves load the new version before it switches (requests
@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
 from xh.config import ConfigError, XHConfig, load_config
+from xh.inputs.questions import InputLimits, question_rows, record_id
 from xh.pipeline import Pipeline, VersionPipeline, prediction_row, question_type_of, version_pipeline
-from xh.questions import InputLimits, question_rows, record_id
-from xh.registry import parse_model_uri, resolve_model
-from xh.store import Store
+from xh.registry.versions import parse_model_uri, resolve_model
+from xh.storage.store import Store
 
 APP_NAME = "xh"
 KEEP_VERSIONS = 2  # the version served and the one before it (requests in flight during a switch)

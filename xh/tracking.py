@@ -32,8 +32,8 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from xh.config import ConfigError, MlflowConfig, XHConfig, flatten
-from xh.storage import S3Settings, is_s3
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
+from xh.storage.uris import S3Settings, is_s3
 
 # user info in a URI (`scheme://user:password@host`), and query parameters named like secrets
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
@@ -328,7 +328,7 @@ def _digest(parts) -> str:
 
 def files_fingerprint(where: Location) -> list[tuple[str, int, int]]:
     """(path inside `where`, size, modification time in ns) of a file or of every file under a folder."""
-    from xh.storage import list_paths
+    from xh.storage.uris import list_paths
 
     fs, path = where.fs_path()
     info = fs.get_file_info(path)

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TEST_BUCKET
-from xh.backbones import resolve_backbone
-from xh.store import Store
+from xh.model.backbones import resolve_backbone
+from xh.storage.store import Store
 
 pytestmark = pytest.mark.integration
 

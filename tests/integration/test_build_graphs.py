@@ -14,7 +14,7 @@ from xh.graph.hotpot import NO_ANSWER
 from xh.graph.store import iter_graphs, read_graphs
 from xh.stages import graphs as graph_stage
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +126,8 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
     ray_cluster, mlflow_server, world, monkeypatch
 ):
     from xh.stages import retrieve as retrieve_stage
-    from xh.store import located
-    from xh.tables import IncompleteTableError, read_marker
+    from xh.storage.store import located
+    from xh.storage.tables import IncompleteTableError, read_marker
 
     cfg = _config(world, mlflow_server)
     if read_marker(located(world / "graphs" / "hotpot")) is None:
@@ -160,7 +160,7 @@ def test_a_build_or_retrieval_run_that_fails_midway_leaves_the_previous_tables(
 
 
 def test_graphs_output_pointing_at_a_user_folder_is_refused_and_left_alone(ray_cluster, mlflow_server, world, tmp_path):
-    from xh.tables import ForeignFolderError
+    from xh.storage.tables import ForeignFolderError
 
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("mine")

@@ -10,7 +10,7 @@ from xh import synth
 from xh.config import load_config
 from xh.graph import store
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 @pytest.fixture(scope="module")
@@ -99,9 +99,9 @@ def test_fever_train_promote_batch_score_and_the_official_score(
 
     from workflows import promote, score, train
     from workflows.cli import app
-    from xh import registry
     from xh.eval.fever import evaluate_fever_files
-    from xh.fever import write_claim_split
+    from xh.inputs.claims import write_claim_split
+    from xh.registry.champion import promote as registry_promote
 
     claims = world / "world" / "fever" / "claims.jsonl"  # the generated claims only: every one gets a graph
     fractions = ["graphs.dev_fraction=0.3", "graphs.test_fraction=0.3"]
@@ -158,12 +158,12 @@ def test_fever_train_promote_batch_score_and_the_official_score(
     first = promote.run(load_config(None, [*gate, "promote.floor=100"]))  # no model reaches 100 points
     assert not first["promoted"] and first["metric"] == "fever_score" and "floor 100" in first["reason"]
     rows = store.iter_graphs(built["test"]["output"])
-    just_above = registry.promote(
+    just_above = registry_promote(
         name, list(rows), metric="fever_score", floor=first["challenger_score"] + 0.01, task="fever"
     )
     assert not just_above["promoted"]
     rows = list(store.iter_graphs(built["test"]["output"]))
-    at = registry.promote(name, rows, metric="fever_score", floor=first["challenger_score"] - 1e-6, task="fever")
+    at = registry_promote(name, rows, metric="fever_score", floor=first["challenger_score"] - 1e-6, task="fever")
     assert at["promoted"] and at["challenger_score"] == first["challenger_score"]
     assert client.get_model_version_by_alias(name, "champion").version == "1"
 

@@ -19,8 +19,8 @@ import pytest
 from xh.retrieval.bm25 import CorpusStats, search_shards
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, staged_index, write_manifest
 from xh.stages import wiki
-from xh.store import Store, located
-from xh.tables import require_complete
+from xh.storage.store import Store, located
+from xh.storage.tables import require_complete
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERIES = ["river town 17", "mountain castle 3", "forest bridge 250", "harbour tower 1999"]

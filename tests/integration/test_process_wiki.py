@@ -12,7 +12,7 @@ from workflows import wiki
 from xh import synth
 from xh.config import load_config
 from xh.stages import wiki as wiki_stage
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def read_table(fs, path, name):

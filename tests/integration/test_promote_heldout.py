@@ -101,7 +101,7 @@ def test_the_challenger_is_selected_on_dev_and_judged_on_the_gate_which_neither_
     trained, world_graphs, mlflow_server, s3_endpoint
 ):
     from workflows import promote
-    from xh.registry import evaluate_version
+    from xh.registry.evaluation import evaluate_version
     from xh.train.split import held_set, recorded_split
 
     mlflow.set_tracking_uri(mlflow_server)
@@ -130,7 +130,7 @@ def test_the_challenger_is_selected_on_dev_and_judged_on_the_gate_which_neither_
 def test_promotion_evaluates_on_a_ray_actor_pool_with_the_metrics_of_an_evaluation_in_process(
     trained, mlflow_server, ray_cluster, s3_endpoint
 ):
-    from xh.registry import evaluate_version
+    from xh.registry.evaluation import evaluate_version
     from xh.stages.promote import on_ray
     from xh.train.split import dev_set, recorded_split
 

@@ -1,7 +1,7 @@
 """Who may move `@champion` on an MLflow server with auth on, as `infra/k8s/mlflow.yaml` runs it: a real
 `mlflow server --app-name basic-auth` on loopback (`default_permission = READ`). Without credentials an
 alias move is refused (401), a READ user's too (403); the pipeline's user, which created the registered
-model, promotes through `xh.registry.promote` (its registry lock included).
+model, promotes through `xh.registry.champion.promote` (its registry lock included).
 
 It needs MLflow's basic-auth extra (`mlflow[auth]`: Flask-WTF); where `import mlflow.server.auth` fails the
 tests skip, naming what is missing.
@@ -87,7 +87,7 @@ def _call(uri: str, path: str, body: dict, user: tuple[str, str] | None) -> tupl
 def test_only_the_pipelines_user_moves_the_champion(auth_server, monkeypatch):
     import mlflow
 
-    from xh import registry
+    from xh.registry.champion import promote
 
     name = f"xh-auth-{uuid.uuid4().hex[:6]}"
     assert _call(auth_server, "2.0/mlflow/registered-models/create", {"name": name}, PIPELINE)[0] == 200
@@ -104,7 +104,7 @@ def test_only_the_pipelines_user_moves_the_champion(auth_server, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", PIPELINE[1])
     mlflow.set_tracking_uri(auth_server)
     f1 = {"1": 0.3, "2": 0.5}
-    decision = registry.promote(name, [], challenger_version="2", evaluate=lambda model, v, *a: {"f1": f1[v]})
+    decision = promote(name, [], challenger_version="2", evaluate=lambda model, v, *a: {"f1": f1[v]})
     assert decision["promoted"], decision
     assert mlflow.MlflowClient().get_model_version_by_alias(name, "champion").version == "2"
     assert json.loads(mlflow.MlflowClient().get_registered_model(name).tags["champion_history"]) == ["1"]

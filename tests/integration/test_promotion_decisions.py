@@ -42,7 +42,7 @@ def _version(name: str, backbone: str, graphs: str, tracking: str, seed: int, **
 def fixed(f1: dict[str, float]):
     """`xh.stages.promote.on_ray`'s stand-in: the versions' real predictions and metrics in this process,
     with `f1` fixed by version (which model wins is the test's to say)."""
-    from xh.registry import evaluate_version
+    from xh.registry.evaluation import evaluate_version
 
     def on_ray(tracking_uri, *args, **kwargs):
         def evaluate(name, version, rows, task, missed=()):
@@ -97,7 +97,7 @@ def pair(world_graphs, tiny_backbone, ray_cluster, mlflow_server, s3_endpoint):
 def test_a_dry_run_evaluates_and_logs_both_models_per_question_and_moves_nothing(
     pair, world_graphs, mlflow_server, cli, monkeypatch, tmp_path
 ):
-    from xh.registry import version_predictions
+    from xh.registry.evaluation import version_predictions
     from xh.registry.versions import logged_model_id
     from xh.stages import promote
     from xh.train.split import held_set
@@ -188,7 +188,7 @@ def test_a_gate_set_the_champion_trained_on_is_refused(world_graphs, tiny_backbo
 KILLED = """
 import os, signal, sys
 import mlflow
-from xh import registry
+from xh.registry.champion import champion_history, promote, rollback
 from xh.registry import lock
 
 uri, name = sys.argv[1:3]
@@ -196,7 +196,7 @@ lock.LEASE_TTL_S = 3.0  # the dead holder's lock expires soon
 mlflow.set_tracking_uri(uri)
 mlflow.MlflowClient.set_registered_model_alias = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 f1 = {"1": 0.3, "2": 0.5, "3": 0.9}
-registry.promote(name, [], metric="f1", challenger_version="3", evaluate=lambda model, v, *a: {"f1": f1[v]})
+promote(name, [], metric="f1", challenger_version="3", evaluate=lambda model, v, *a: {"f1": f1[v]})
 """
 
 
@@ -211,7 +211,7 @@ def test_a_promotion_killed_inside_its_locked_step_leaves_a_history_that_rollbac
 ):
     """Killed between its history write and its alias move: the history's last entry is still the champion.
     Neither a later promotion nor a rollback may step to that version again."""
-    from xh import registry
+    from xh.registry.champion import champion_history, promote, rollback
 
     mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
@@ -225,21 +225,21 @@ def test_a_promotion_killed_inside_its_locked_step_leaves_a_history_that_rollbac
     for seed in (1, 2, 3):
         test_score._register(name, tiny_backbone, graphs, mlflow_server, seed=seed)
     for version in ("1", "2"):
-        assert registry.promote(name, [], metric="f1", challenger_version=version, evaluate=fixed_f1)["promoted"]
+        assert promote(name, [], metric="f1", challenger_version=version, evaluate=fixed_f1)["promoted"]
     _kill_promoting_v3(mlflow_server, name)
     assert client.get_model_version_by_alias(name, "champion").version == "2" and history() == ["1", "2"]
-    assert registry.champion_history(client, name, "2") == ["1"]
+    assert champion_history(client, name, "2") == ["1"]
 
-    again = registry.promote(name, [], metric="f1", challenger_version="3", evaluate=fixed_f1)  # waits out the lock
+    again = promote(name, [], metric="f1", challenger_version="3", evaluate=fixed_f1)  # waits out the lock
     assert again["promoted"] and again["champion"] == "2" and history() == ["1", "2"]  # v2 once, not twice
-    assert registry.rollback(name) == {"model": name, "champion": "2", "rolled_back_from": "3"}
-    assert registry.rollback(name) == {"model": name, "champion": "1", "rolled_back_from": "2"}
+    assert rollback(name) == {"model": name, "champion": "2", "rolled_back_from": "3"}
+    assert rollback(name) == {"model": name, "champion": "1", "rolled_back_from": "2"}
 
     # killed again, promoting v3 over v1: the history names v1, still champion; nothing to roll back to
     _kill_promoting_v3(mlflow_server, name)
     assert client.get_model_version_by_alias(name, "champion").version == "1" and history() == ["1"]
     with pytest.raises(ValueError, match="no previous champion"):
-        registry.rollback(name)
+        rollback(name)
     assert client.get_model_version_by_alias(name, "champion").version == "1"
 
 

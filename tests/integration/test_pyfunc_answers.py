@@ -41,8 +41,8 @@ def _register(overrides: list[str], graphs_uri: str, name: str, backbone: str, s
 
     import torch
 
-    from xh.model import XHModel
-    from xh.registry import log_and_register
+    from xh.model.xh import XHModel
+    from xh.registry.register import log_and_register
 
     cfg = load_config(
         None, [*overrides, f"model.backbone={backbone}", "model.max_node_tokens=64", f"train.register_as={name}"]
@@ -124,7 +124,7 @@ def _by_id(frame: pd.DataFrame) -> dict[str, dict]:
 def test_the_version_names_the_index_its_graphs_came_from(world):
     import tempfile
 
-    from xh.registry import pipeline_of
+    from xh.registry.register import pipeline_of
 
     with tempfile.TemporaryDirectory() as dst:
         record, _ = pipeline_of(world["name"], "1", dst)
@@ -140,7 +140,7 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(
     from mlflow.exceptions import MlflowException
 
     from workflows import score
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     monkeypatch.delenv("XH_INDEX", raising=False)
     monkeypatch.delenv("XH_TABLES", raising=False)
@@ -190,7 +190,7 @@ def test_predict_on_raw_questions_gives_the_answers_of_batch_scoring(
         assert mine["node_score"] == pytest.approx(row["score"], rel=1e-4, abs=1e-5)
 
     # prebuilt graph rows are still answered, beside raw questions
-    from xh.registry import graph_input
+    from xh.registry.pyfunc import graph_input
 
     rows = pads.dataset(world["graphs"], format="parquet").head(2).to_pylist()
     mixed = pd.concat([graph_input(rows), _asked(world, 1)], ignore_index=True)
@@ -263,8 +263,7 @@ def local_index(tmp_path_factory) -> Path:
     checkout and a wheel of everything a version's requirements install, offline. Kept between runs under
     `XH_TEST_WHEELHOUSE` when set (the installed packages' wheels do not change; the project's is rebuilt)."""
     from tests.wheelhouse import wheelhouse
-    from xh.registry import pip_requirements
-    from xh.registry.register import project_distribution
+    from xh.registry.register import pip_requirements, project_distribution
 
     folder = Path(os.environ.get("XH_TEST_WHEELHOUSE") or tmp_path_factory.mktemp("wheelhouse"))
     return wheelhouse(ROOT, pip_requirements(), folder, project_distribution())
@@ -352,7 +351,7 @@ def test_mlflow_models_generate_dockerfile_gives_an_image_that_installs_the_proj
 ):
     """`mlflow models build-docker`'s build context (`generate-dockerfile`): the version's requirements name
     the project's distribution and every package its loader imports, pinned, and the Dockerfile installs them."""
-    from xh.registry import pip_requirements
+    from xh.registry.register import pip_requirements
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
     out = tmp_path / "docker"
@@ -390,8 +389,8 @@ def fever_version(fever_docs, s3_endpoint, mlflow_server, tiny_backbone, tmp_pat
     from tests.unit.graph.test_graph_fever import PAGES, SOUL_FOOD, TELEMUNDO, UNVERIFIABLE
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
     from xh.graph.store import write_shard
-    from xh.storage import open_output
-    from xh.store import Store
+    from xh.storage.store import Store
+    from xh.storage.uris import open_output
 
     docs = fever_docs(PAGES)
     tables = f"s3://xh-test/fever-tables-{uuid.uuid4().hex[:6]}"

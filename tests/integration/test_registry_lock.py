@@ -214,7 +214,7 @@ def test_the_lock_of_a_holder_that_died_expires(mlflow_server, s3_endpoint, tmp_
 PROMOTER = """
 import json, os, sys, time
 import mlflow
-from xh import registry
+from xh.registry.champion import promote
 
 uri, name, version, out, wait_for = sys.argv[1:6]
 f1 = {"1": 0.30, "2": 0.50, "3": 0.80}
@@ -224,7 +224,7 @@ deadline = time.monotonic() + 120
 while wait_for != "-" and not os.path.exists(wait_for):
     assert time.monotonic() < deadline
     time.sleep(0.02)
-decision = registry.promote(name, [], metric="f1", min_delta=0.5, challenger_version=version, evaluate=table)
+decision = promote(name, [], metric="f1", min_delta=0.5, challenger_version=version, evaluate=table)
 open(out, "w").write(json.dumps(decision))
 """
 

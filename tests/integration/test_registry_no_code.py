@@ -35,7 +35,7 @@ def graphs_folder(tmp_path_factory) -> str:
     """Three HotpotQA distractor graphs, built in this process (no Ray), as a graphs folder."""
     from tests.unit.graph.test_hotpot_paper import distractor_rows
     from xh.graph.store import write_shard
-    from xh.store import Store
+    from xh.storage.store import Store
 
     folder = tmp_path_factory.mktemp("graphs") / "hotpot"
     write_shard(distractor_rows()[:2], Store().at(str(folder)), 0)
@@ -47,8 +47,8 @@ def registered(mlflow_server, s3_endpoint, tiny_backbone, graphs_folder, tmp_pat
     """Version 1 of a new registered model, logged by `log_and_register` as training does."""
     import torch
 
-    from xh.model import XHModel
-    from xh.registry import log_and_register
+    from xh.model.xh import XHModel
+    from xh.registry.register import log_and_register
 
     name = f"xh-nocode-{uuid.uuid4().hex[:6]}"
     cfg = load_config(
@@ -102,7 +102,7 @@ def test_mlflow_loads_the_version_with_the_installed_loader_and_predicts(registe
     """`mlflow.pyfunc.load_model` (what `mlflow models serve` does) imports `xh.pyfunc_entry` from this package."""
     import pyarrow.dataset as pads
 
-    from xh.registry import graph_input
+    from xh.registry.pyfunc import graph_input
 
     model = mlflow.pyfunc.load_model(f"models:/{registered}/1")
     assert model.loader_module == "xh.pyfunc_entry"

@@ -12,8 +12,8 @@ import pytest
 from workflows import rerank, retrieve
 from xh.config import load_config
 from xh.retrieval.rerank import CONFIG_FILE, CrossEncoder
-from xh.storage import list_files
-from xh.store import Store
+from xh.storage.store import Store
+from xh.storage.uris import list_files
 
 
 @pytest.mark.multinode

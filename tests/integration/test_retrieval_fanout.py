@@ -20,7 +20,7 @@ from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.fanout import FanoutShards, layout_shard_bytes, same_results
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 @pytest.fixture(scope="module")

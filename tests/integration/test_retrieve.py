@@ -13,7 +13,7 @@ from xh.retrieval.candidates import Retriever
 from xh.retrieval.index import load_index
 from xh.stages import retrieve as retrieve_stage
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ kind is named by any paragraph: a shortcut past the hop. Without anchors, what B
 comes through hop attention only.
 
 Same graphs, same seed, same optimizer steps: all-MiniLM-L6-v2 cut to its first 3 layers
-(`xh.backbones.truncated_backbone`, as in the FEVER test) with K = 3 hop layers against K = 0. The
+(`xh.model.backbones.truncated_backbone`, as in the FEVER test) with K = 3 hop layers against K = 0. The
 test asserts that K = 3 wins by MARGIN answer EM and F1, a loose margin against what it measured over
 seeds (docs/results/models.md, "HotpotQA science test"). `pytest -s` prints the figures of a run.
 
@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import synth
-from xh.backbones import truncated_backbone
 from xh.config import load_config
+from xh.model.backbones import truncated_backbone
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

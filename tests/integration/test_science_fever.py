@@ -33,10 +33,11 @@ import pytest
 import torch
 
 from xh import synth
-from xh.backbones import truncated_backbone
 from xh.config import ModelConfig, TrainConfig
 from xh.graph.encode import encode_graph
-from xh.model import XHModel, collate
+from xh.model.backbones import truncated_backbone
+from xh.model.batch import collate
+from xh.model.xh import XHModel
 from xh.train.loop import parameter_groups
 from xh.train.worker import adamw_with_warmup, optimizer_step
 

@@ -14,7 +14,7 @@ import pyarrow.dataset as pads
 import pytest
 
 from xh.config import load_config
-from xh.tables import Stages
+from xh.storage.tables import Stages
 
 
 class InjectedFailure(RuntimeError):
@@ -61,8 +61,8 @@ def _register(name: str, backbone: str, graphs: str, tracking: str, seed: int) -
 
     import torch
 
-    from xh.model import XHModel
-    from xh.registry import log_and_register
+    from xh.model.xh import XHModel
+    from xh.registry.register import log_and_register
 
     cfg = load_config(
         None,
@@ -91,7 +91,7 @@ def test_promotion_moves_the_champion_only_when_the_challenger_wins_and_rolls_ba
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
     from xh.graph.store import read_eval_set
-    from xh.registry import promote, rollback
+    from xh.registry.champion import promote, rollback
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-promote-{uuid.uuid4().hex[:6]}"
@@ -124,7 +124,7 @@ def test_promotion_moves_the_champion_only_when_the_challenger_wins_and_rolls_ba
 def test_a_challenger_with_another_signature_is_never_promoted(scoring_world, mlflow_server):
     import pandas as pd
 
-    from xh.registry import promote
+    from xh.registry.champion import promote
 
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("score-tests")
@@ -147,7 +147,7 @@ def test_batch_scoring_writes_one_partition_per_date_and_model_quarantines_bad_r
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint, fail_before
 ):
     from workflows import score
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-score-{uuid.uuid4().hex[:6]}"
@@ -217,7 +217,8 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
     import threading
     import time
 
-    from xh import registry
+    from xh.registry.champion import promote
+    from xh.registry.lock import LOCK_SUFFIX
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-race-{uuid.uuid4().hex[:6]}"
@@ -242,7 +243,7 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
     decisions: dict[str, dict] = {}
 
     def run(version: str) -> None:
-        decisions[version] = registry.promote(
+        decisions[version] = promote(
             name, [], metric="f1", min_delta=0.5, challenger_version=version, evaluate=fixed_metrics
         )
 
@@ -267,7 +268,7 @@ def test_two_concurrent_promotions_leave_the_better_model_champion_and_every_rep
         assert history == ["1"]
     recorded = json.loads(client.get_model_version(name, later).tags["promotion_decision"])
     assert recorded["champion"] == late["champion"]
-    assert name + registry.LOCK_SUFFIX not in {m.name for m in client.search_registered_models()}  # released
+    assert name + LOCK_SUFFIX not in {m.name for m in client.search_registered_models()}  # released
 
 
 def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decision(
@@ -275,21 +276,23 @@ def test_a_promotion_waits_for_a_lease_another_holds_and_gives_up_with_a_decisio
 ):
     import time
 
-    from xh import registry
+    from xh.registry.champion import promote
+    from xh.registry.lock import LOCK_SUFFIX
+    from xh.registry.versions import alias_version
 
     mlflow.set_tracking_uri(mlflow_server)
     name = f"xh-lease-{uuid.uuid4().hex[:6]}"
     _register(name, tiny_backbone, scoring_world["graphs"], mlflow_server, seed=1)
     client = mlflow.MlflowClient()
     fixed = lambda *a: {"f1": 0.5}  # noqa: E731
-    lock = name + registry.LOCK_SUFFIX  # the registry lock, held by another promotion
+    lock = name + LOCK_SUFFIX  # the registry lock, held by another promotion
     client.create_registered_model(lock, tags={"owner": "someone-else", "expires": str(time.time() + 60)})
-    blocked = registry.promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
+    blocked = promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
     assert not blocked["promoted"] and "holds" in blocked["reason"]
-    assert registry.alias_version(name, "champion") is None
+    assert alias_version(name, "champion") is None
 
     client.set_registered_model_tag(lock, "expires", str(time.time() - 1))  # an expired lock is broken
-    taken = registry.promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
+    taken = promote(name, [], metric="f1", lease_timeout_s=2.0, evaluate=fixed)
     assert taken["promoted"] and client.get_model_version_by_alias(name, "champion").version == "1"
 
 
@@ -297,7 +300,7 @@ def test_an_unloadable_champion_is_a_decision_and_rollback_refuses_a_version_tha
     scoring_world, tiny_backbone, mlflow_server, s3_endpoint
 ):
     from xh.graph.store import read_eval_set
-    from xh.registry import promote, rollback
+    from xh.registry.champion import promote, rollback
 
     mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
@@ -351,7 +354,7 @@ def _score_overrides(
 
 
 def _write_questions(uri: str, lines: list[str]) -> None:
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     with open_output(uri) as out:
         out.write(("\n".join(lines) + "\n").encode())
@@ -483,7 +486,7 @@ def trained_variant(request, typed_graphs, tiny_backbone, ray_cluster, mlflow_se
 
 def test_each_variant_trains_registers_with_its_flavour_and_is_promoted(trained_variant, typed_graphs, mlflow_server):
     from xh.graph.store import read_eval_set
-    from xh.registry import promote
+    from xh.registry.champion import promote
 
     name, architecture = trained_variant["name"], trained_variant["architecture"]
     assert trained_variant["summary"]["step"] == 2 and trained_variant["summary"]["registered"]["version"] == 1
@@ -498,7 +501,7 @@ def test_each_variant_trains_registers_with_its_flavour_and_is_promoted(trained_
 
 def test_each_variant_batch_scores_with_the_xh_command(trained_variant, scoring_world, mlflow_server, s3_endpoint):
     from workflows import score
-    from xh.storage import list_files, open_output
+    from xh.storage.uris import list_files, open_output
 
     name, architecture = trained_variant["name"], trained_variant["architecture"]
     mlflow.set_tracking_uri(mlflow_server)
@@ -638,8 +641,8 @@ def test_a_partition_holds_every_input_scored_for_its_date_and_model_and_is_repl
 
 
 def test_the_resume_fingerprint_of_an_s3_input_follows_its_content(s3_endpoint):
-    from xh.store import Store
-    from xh.tables import fingerprint
+    from xh.storage.store import Store
+    from xh.storage.tables import fingerprint
 
     uri = f"s3://xh-test/incoming-{uuid.uuid4().hex[:6]}/q.jsonl"
     files = [Store(s3=s3_endpoint).at(uri)]

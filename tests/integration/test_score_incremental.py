@@ -14,7 +14,7 @@ from xh.config import load_config
 
 
 def _write(uri: str, questions: list[dict], prefix: str) -> set[str]:
-    from xh.storage import open_output
+    from xh.storage.uris import open_output
 
     rows = [{"qid": f"{prefix}-{i}", "question": q["question"]} for i, q in enumerate(questions)]
     with open_output(uri) as out:

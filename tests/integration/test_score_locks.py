@@ -16,8 +16,8 @@ from xh.config import load_config
 
 
 def _read(output: str, name: str, run_date: str = "2026-11-23"):
-    from xh.partitions import partition_of, read_partition
-    from xh.store import Store
+    from xh.storage.partitions import partition_of, read_partition
+    from xh.storage.store import Store
 
     return read_partition(partition_of(Store().at(output), run_date, name, 1))
 
@@ -30,8 +30,8 @@ def test_two_runs_into_one_partition_one_refused_in_one_line_one_waiting_and_no_
 ):
     from workflows import score
     from workflows.cli import USER_ERRORS
-    from xh.partitions import PartitionLocked, lock_file
-    from xh.store import Store
+    from xh.storage.partitions import PartitionLocked, lock_file
+    from xh.storage.store import Store
 
     name = _champion("xh-lock", tiny_backbone, scoring_world, mlflow_server, seed=3)
     questions = scoring_world["questions"]
@@ -76,7 +76,7 @@ def test_a_publish_that_failed_midway_is_finished_by_the_next_run_of_another_dat
 ):
     import pyarrow.dataset as pads
 
-    import xh.partitions as partitions
+    import xh.storage.partitions as partitions
     from workflows import score
 
     name = _champion("xh-repair", tiny_backbone, scoring_world, mlflow_server, seed=3)

@@ -26,8 +26,8 @@ def test_a_graph_setting_unlike_the_versions_is_refused_and_opting_in_records_th
 ):
     from workflows import score
     from xh.pipeline_record import PipelineDrift
-    from xh.registry import pipeline_of
-    from xh.storage import open_output
+    from xh.registry.register import pipeline_of
+    from xh.storage.uris import open_output
 
     name = _champion("xh-pipe", tiny_backbone, scoring_world, mlflow_server, seed=5)
     with tempfile.TemporaryDirectory() as dst:
@@ -66,11 +66,12 @@ def test_a_version_registered_without_a_pipeline_record_is_refused_in_one_line(
 ):
     """Logged as versions were before they kept a pipeline: the model folder alone as the pyfunc's data. The
     one rule of `xh.pipeline.version_pipeline` (scoring, serving and the pyfunc): no pipeline to answer with."""
-    from xh.model import XHModel
+    from xh.model.xh import XHModel
     from xh.pipeline import NoPipelineRecord
-    from xh.registry import LOADER_MODULE, resolve_model
+    from xh.registry.pyfunc import LOADER_MODULE
+    from xh.registry.versions import resolve_model
     from xh.stages.score import version_pipeline
-    from xh.store import Store
+    from xh.storage.store import Store
 
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("score-tests")

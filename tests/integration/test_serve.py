@@ -38,7 +38,7 @@ def _expected(cfg, name: str, version: str, questions: list[dict]) -> dict[str, 
     """What `Pipeline` answers for `questions` with version `version`: its recorded graph half, then its model."""
     from xh.pipeline import Pipeline
     from xh.serve import answer, graph_half
-    from xh.store import Store
+    from xh.storage.store import Store
 
     model = {"name": name, "version": version, "run_id": ""}
     with tempfile.TemporaryDirectory() as folder:
@@ -184,8 +184,8 @@ def _post_raw(url: str, data: bytes) -> tuple[int, dict]:
 
 def _register_without_record(name: str, backbone: str, tracking: str) -> str:
     """A version logged as versions were before they kept a pipeline record (it cannot answer questions)."""
-    from xh.model import XHModel
-    from xh.registry import LOADER_MODULE
+    from xh.model.xh import XHModel
+    from xh.registry.pyfunc import LOADER_MODULE
 
     mlflow.set_tracking_uri(tracking)
     mlflow.set_experiment("score-tests")

@@ -3,9 +3,9 @@
 import pytest
 
 from tests.conftest import TEST_BUCKET
-from xh.storage import list_files, open_input, open_output
-from xh.store import Store
-from xh.tables import GRAPHS, ForeignFolderError, IncompleteTableError, read_marker, require_complete, staged
+from xh.storage.store import Store
+from xh.storage.tables import GRAPHS, ForeignFolderError, IncompleteTableError, read_marker, require_complete, staged
+from xh.storage.uris import list_files, open_input, open_output
 
 
 def _put(uri: str, text: str) -> None:

@@ -32,7 +32,7 @@ def worker_dies_at_step_3(monkeypatch):
         import os
 
         import xh.train.loop as worker_loop
-        from xh.store import Store
+        from xh.storage.store import Store
 
         step_done = worker_loop.step_done
 
@@ -79,7 +79,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     """One Ray Train run checks both: two workers on two nodes with checkpoints on S3, registered by
     alias; and a worker killed mid-run, resumed from the checkpoint with exactly the planned steps."""
     from workflows.train import fit, run
-    from xh.storage import list_paths, open_input
+    from xh.storage.uris import list_paths, open_input
 
     name = f"xh-test-{uuid.uuid4().hex[:6]}"
     cfg = _config(
@@ -135,7 +135,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert steps == [1, 2, 3, 4, 5, 6]  # step 3 ran twice (before and after the failure), logged once
 
     model = mlflow.pyfunc.load_model(f"models:/{name}@challenger")
-    from xh.registry import graph_input
+    from xh.registry.pyfunc import graph_input
 
     rows = pads.dataset(world_graphs, format="parquet").head(3).to_pylist()
     predictions = model.predict(graph_input(rows))

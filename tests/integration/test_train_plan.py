@@ -26,7 +26,7 @@ def test_token_batching_plans_from_tokens_alone_even_when_batch_graphs_exceeds_t
     import ray.data
 
     from xh.graph.encode import encode_graphs
-    from xh.model import load_tokenizer
+    from xh.model.xh import load_tokenizer
     from xh.train.batching import plan_token_batches, step_plan
 
     backbone = make_tiny_backbone(layers=2)

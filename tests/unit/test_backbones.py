@@ -1,11 +1,11 @@
-"""xh.backbones.truncated_backbone: the first layers of a pretrained backbone, saved as a loadable folder."""
+"""xh.model.backbones.truncated_backbone: the first layers of a pretrained backbone, saved as a loadable folder."""
 
 from __future__ import annotations
 
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from xh.backbones import truncated_backbone
+from xh.model.backbones import truncated_backbone
 
 
 def test_truncated_backbone_keeps_the_first_layers_and_the_tokenizer(make_tiny_backbone, tmp_path):

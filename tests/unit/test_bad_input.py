@@ -13,11 +13,11 @@ import pytest
 
 from tests.cli import xh
 from xh import schemas
-from xh.fever import read_fever_claims
-from xh.questions import parse_question_file, question_rows, read_hotpot_questions
-from xh.storage import S3Settings, StorageSettingsError, resolve
-from xh.store import located
-from xh.tables import GRAPHS, staged
+from xh.inputs.claims import read_fever_claims
+from xh.inputs.questions import parse_question_file, question_rows, read_hotpot_questions
+from xh.storage.store import located
+from xh.storage.tables import GRAPHS, staged
+from xh.storage.uris import S3Settings, StorageSettingsError, resolve
 
 
 def _arrow_accepts(rows: list[dict], quarantined: list[dict]) -> None:

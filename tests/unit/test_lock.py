@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from xh.registry import pip_requirements
+from xh.registry.register import pip_requirements
 
 pytestmark = pytest.mark.unit
 

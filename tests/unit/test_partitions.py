@@ -1,4 +1,4 @@
-"""Batch scoring's partitions (`xh.partitions`), against real files, real processes and threads, and the S3
+"""Batch scoring's partitions (`xh.storage.partitions`), against real files, real processes and threads, and the S3
 endpoint where the code path differs: rows added and replaced, the model version's lock (two processes),
 a publish killed midway repaired by any later run (another date, another version), readers during a
 publish, the scored-inputs index."""
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
-from xh.partitions import (
+from xh.storage.partitions import (
     INPUTS,
     MANIFEST,
     PartitionLocked,
@@ -38,7 +38,7 @@ from xh.partitions import (
     scored_inputs,
     write_inputs_record,
 )
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,8 +146,8 @@ def test_the_files_a_run_scored_are_found_in_one_index_over_every_run_date_of_th
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from xh.partitions import VersionLock
-    from xh.store import Store
+    from xh.storage.partitions import VersionLock
+    from xh.storage.store import Store
     lock = VersionLock.acquire(Store().at(sys.argv[1]), "m", 1, sys.argv[2], ttl_s=float(sys.argv[3]))
     print("held", flush=True)
     time.sleep(float(sys.argv[4]))
@@ -231,8 +231,8 @@ def test_a_live_holder_keeps_its_lock_by_its_heartbeat_and_one_taken_over_publis
 KILLED = textwrap.dedent(
     """
     import os, sys
-    import xh.partitions as partitions
-    from xh.store import Store
+    import xh.storage.partitions as partitions
+    from xh.storage.store import Store
     root, when = Store().at(sys.argv[1]), sys.argv[2]
     output = root.join("predictions")
     if when == "before_commit":
@@ -365,7 +365,7 @@ def test_the_lock_and_the_manifest_on_s3(s3_endpoint):
 
 
 def test_a_run_that_fails_inside_its_publish_leaves_its_plan_for_the_next_run_at_once(tmp_path, monkeypatch):
-    import xh.partitions as partitions
+    import xh.storage.partitions as partitions
 
     root = Store().at(str(tmp_path))
     output = root.join("predictions")
@@ -393,7 +393,7 @@ def test_an_output_inside_another_table_is_refused_in_one_line_before_anything_s
     from workflows.cli import USER_ERRORS
     from xh.config import load_config
     from xh.stages.score import prepare
-    from xh.tables import WIKI_TABLES, staged
+    from xh.storage.tables import WIKI_TABLES, staged
 
     tables = Store().at(str(tmp_path / "tables"))
     with staged(tables, kind=WIKI_TABLES) as stage:

@@ -13,9 +13,9 @@ import pytest
 from xh import schemas
 from xh.config import ConfigError, load_config
 from xh.graph.hotpot import NO_NODES
+from xh.inputs.questions import parse_question_file
 from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
-from xh.questions import parse_question_file
-from xh.registry import parse_model_uri
+from xh.registry.versions import parse_model_uri
 
 PROVENANCE = {"model_name", "model_version", "run_id", "corpus_snapshot", "scored_at", "pipeline_drift"}
 
@@ -72,7 +72,7 @@ def test_model_uris_name_an_alias_or_a_version():
 def pipeline(synth_tables, tiny_backbone, tmp_path_factory) -> Pipeline:
     """Both halves: a one-shard BM25 index of the world with its linker and link graph; a saved XH model."""
     from tests.helpers import tables_retriever
-    from xh.model import XHModel
+    from xh.model.xh import XHModel
 
     tables, _ = synth_tables
     cfg = load_config(None, [f"model.backbone={tiny_backbone}", "model.max_node_tokens=64"])

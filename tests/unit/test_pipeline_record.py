@@ -11,7 +11,7 @@ import pytest
 
 from xh.config import ConfigError, load_config
 from xh.pipeline_record import PipelineDrift, apply_pipeline, pipeline_record
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def _index(folder, num_docs: int = 800) -> str:
@@ -147,8 +147,8 @@ def test_graphs_of_the_distractor_setting_record_no_index(version):
 @pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
 def test_registration_copies_the_path_scorer_where_scoring_reads_it(tmp_path, monkeypatch, relative):
     """The demo names its path scorer by a relative path, which the listing gives back absolute."""
-    from xh.registry import with_pipeline
-    from xh.store import Store
+    from xh.registry.register import with_pipeline
+    from xh.storage.store import Store
 
     monkeypatch.chdir(tmp_path)
     scorer = _scorer(tmp_path / "models" / "path-scorer", [1.0, 2.0])

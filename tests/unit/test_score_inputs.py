@@ -13,9 +13,9 @@ import pytest
 
 from xh import schemas
 from xh.config import ConfigError, load_config
-from xh.questions import InputLimits, later_files, parse_question_file
-from xh.store import Store
-from xh.tables import fingerprint
+from xh.inputs.questions import InputLimits, later_files, parse_question_file
+from xh.storage.store import Store
+from xh.storage.tables import fingerprint
 
 # --- the resume fingerprint ------------------------------------------------------------------------
 

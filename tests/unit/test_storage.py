@@ -1,7 +1,7 @@
 import pyarrow.fs as pafs
 import pytest
 
-from xh.storage import S3Settings, join, list_files, open_input, open_output, resolve
+from xh.storage.uris import S3Settings, join, list_files, open_input, open_output, resolve
 
 ENV = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
@@ -76,8 +76,8 @@ def test_a_store_made_from_config_reaches_its_locations_and_pickles_without_prin
     import pickle
 
     from xh.config import load_config
-    from xh.store import Store
-    from xh.tables import GRAPHS, IncompleteTableError
+    from xh.storage.store import Store
+    from xh.storage.tables import GRAPHS, IncompleteTableError
 
     cfg = load_config(overrides=[f"storage.root={tmp_path}", "storage.s3_endpoint_url=http://127.0.0.1:9"])
     store = Store.from_config(cfg)

@@ -12,8 +12,8 @@ import pytest
 
 from workflows.cli import USER_ERRORS
 from xh.stages import wiki
-from xh.store import Store, located
-from xh.tables import (
+from xh.storage.store import Store, located
+from xh.storage.tables import (
     BATCH_STAGE,
     BATCH_STAGING,
     GRAPHS,
@@ -298,7 +298,7 @@ def test_staging_discarded_by_a_run_killed_midway_still_belongs_to_a_batch_job(t
     """Discarding deletes the stages before the owner file: a run killed in between leaves staging that the
     next run recognizes and clears (it once blocked every later run until deleted by hand). Each stage logs
     its start and end with its rows."""
-    from xh.store import Location
+    from xh.storage.store import Location
 
     staging = tmp_path / "staging"
     Stages(Store().at(str(staging)), fingerprint="aaa", run_id="r1")

@@ -8,14 +8,6 @@
     evaluate_hotpot_files("hotpot_dev_distractor_v1.json", "pred.json")   # {"em": ..., "joint_f1": ...}
 
 Both read local paths or s3:// URIs. A file that cannot be read or does not have the expected shape
-raises `EvalInputError` with a one-line message (the `xh eval` CLI prints it and exits with 2).
-Importing this package loads nothing but the small JSON reader (`xh.jsonfiles`).
+raises `InputFileError` (`xh.storage.jsonfiles`) with a one-line message (the `xh eval` CLI prints it and exits with 2).
+Importing this package loads nothing; `hotpot` and `fever` load only the small JSON reader (`xh.storage.jsonfiles`).
 """
-
-from __future__ import annotations
-
-# The one JSON reader (xh.jsonfiles); its error is the one these metrics raise for any bad input too.
-from xh.jsonfiles import InputFileError as EvalInputError
-from xh.jsonfiles import read_json, read_jsonl
-
-__all__ = ["EvalInputError", "read_json", "read_jsonl"]

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Any
 
-from xh.eval import EvalInputError, read_jsonl
 from xh.graph.encoded import CLAIM_LABELS
+from xh.storage.jsonfiles import InputFileError as EvalInputError
+from xh.storage.jsonfiles import read_jsonl
 
 MAX_EVIDENCE = 5
 NEI = "NOT ENOUGH INFO"
@@ -171,7 +172,7 @@ def _table_predictions(uri: str, gold: list[Any]) -> list[dict | None]:
     """A Parquet predictions table, one official record per gold line (None where a claim has none)."""
     import pyarrow.dataset as pads
 
-    from xh.storage import resolve
+    from xh.storage.uris import resolve
 
     try:
         fs, path = resolve(uri)

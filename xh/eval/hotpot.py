@@ -28,7 +28,8 @@ from collections import Counter
 from numbers import Integral
 from typing import Any
 
-from xh.eval import EvalInputError, read_json
+from xh.storage.jsonfiles import InputFileError as EvalInputError
+from xh.storage.jsonfiles import read_json
 
 ANSWER_KEYS = ("em", "f1", "prec", "recall")
 SP_KEYS = ("sp_em", "sp_f1", "sp_prec", "sp_recall")

@@ -35,7 +35,6 @@ import numpy as np
 
 from xh import schemas
 from xh.config import ConfigError, GraphsConfig
-from xh.fever import claim_split, read_fever_claims
 from xh.graph import store
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, holds_gold_group
 from xh.graph.hotpot import (
@@ -46,8 +45,9 @@ from xh.graph.hotpot import (
     graph_stats,
     read_distractor_questions,
 )
+from xh.inputs.claims import claim_split, read_fever_claims
 from xh.schemas import RAW_LIMIT
-from xh.store import Location
+from xh.storage.store import Location
 
 # items -> (GRAPHS rows, QUARANTINE rows, counted flags)
 ShardBuild = Callable[[list[dict]], tuple[list[dict], list[dict], Counter]]

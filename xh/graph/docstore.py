@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.fs as pafs
 
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 FORMAT = 1  # bump when the files change: older copies are then rebuilt, not misread
 DOC_COLUMNS = ["doc_id", "title", "sentences"]

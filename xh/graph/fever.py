@@ -1,6 +1,6 @@
 """FEVER evidence graphs: a claim -> its top 5 evidence sentences, fully connected (paper §4, FEVER).
 
-    from xh.fever import read_fever_claims
+    from xh.inputs.claims import read_fever_claims
     from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings
 
     claims, bad = read_fever_claims("world/fever/claims.jsonl")
@@ -55,11 +55,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.fever import REFUTES, SUPPORTS
+from xh.inputs.claims import REFUTES, SUPPORTS
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats, search_shards
 from xh.retrieval.entity_linking import EntityLinker
-from xh.store import Location, located
+from xh.storage.store import Location, located
 from xh.wiki.titles import normalize_title
 
 __all__ = [
@@ -364,7 +364,7 @@ def sentence_training_examples(
 ) -> list:
     """Claim-sentence training pairs of the sentence re-ranker (`rerank.claims`): a FEVER claims file
     over the docs under `tables` (`xh.retrieval.sentences.sentence_examples`)."""
-    from xh.fever import read_fever_claims
+    from xh.inputs.claims import read_fever_claims
     from xh.retrieval.sentences import sentence_examples
 
     rows, _ = read_fever_claims(claims)

@@ -75,10 +75,10 @@ import pyarrow.dataset as pads
 
 from xh.config import GraphsConfig, RetrieveConfig
 from xh.graph.encoded import QUESTION_TYPES
-from xh.jsonfiles import InputFileError
-from xh.questions import load_json, question_rows, record_id
+from xh.inputs.questions import load_json, question_rows, record_id
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, located
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Location, located
 from xh.wiki.titles import normalize_title
 
 EDGE_MODES = ("hyperlink", "bidirectional", "full", "sequence", "typed")
@@ -426,7 +426,7 @@ def _context_of(record: dict) -> list[tuple[str, list[str]]]:
 def distractor_items(records: list, source: str) -> tuple[list[DistractorItem], list[dict]]:
     """HotpotQA records (with `context`) -> (items, QUARANTINE rows); every record lands in exactly one.
 
-    `xh.questions.question_rows` checks the question itself; the context is checked here.
+    `xh.inputs.questions.question_rows` checks the question itself; the context is checked here.
     """
     rows, quarantined = question_rows(records, source)
     first: dict[str, tuple[int, dict]] = {}  # question_rows keeps the first record of a repeated id

@@ -1,6 +1,6 @@
 """The `graphs` table on storage: shards written by graph builders, read back without the corpus.
 
-    folder = store.at("runs/demo/graphs/hotpot")                          # a Location (xh.store)
+    folder = store.at("runs/demo/graphs/hotpot")                          # a Location (xh.storage.store)
     write_shard(graph_rows, folder, shard=3)                               # -> part-00003.parquet
     for row in iter_graphs(folder):                                        # GRAPHS rows as dicts
         encoded = encode_graph(row, tokenizer, 512)
@@ -27,9 +27,9 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.jsonfiles import InputFileError
-from xh.store import Location, located
-from xh.tables import GRAPHS
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Location, located
+from xh.storage.tables import GRAPHS
 
 
 def shard_name(shard: int) -> str:
@@ -46,7 +46,7 @@ def write_shard(rows: list[dict], folder: Location, shard: int, schema: pa.Schem
 
 
 def _existing(folder: Location, what: str):
-    """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.tables`) whose
+    """(filesystem, path) of a complete graphs folder (one with `_complete.json`, see `xh.storage.tables`) whose
     files hold every GRAPHS column; a one-line error otherwise (`FileNotFoundError` for a build that
     failed or was interrupted, `InputFileError` for a missing column), before any worker reads it."""
     folder.require_complete(what, hint=" (run `xh graphs build` first)", kind=GRAPHS)

@@ -50,8 +50,8 @@ import numpy as np
 import torch
 
 from xh.graph.encoded import QUESTION_TYPES
+from xh.inputs.questions import _quarantine
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
-from xh.questions import _quarantine
 
 CONFIG_FILE = "qtype.json"
 FORMAT = "xh-question-type"

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 WEIGHTS_FILE = "model.safetensors"
 BACKBONE_CONFIG_FILE = "config.json"
@@ -53,7 +53,7 @@ def pretrained_backbone(name_or_path: str | Path, **kwargs) -> torch.nn.Module:
     """
     from transformers import AutoModel
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     try:
         return AutoModel.from_pretrained(resolve_backbone(str(name_or_path)), dtype=torch.float32, **kwargs)
@@ -65,7 +65,7 @@ def load_tokenizer(name_or_path: str | Path):
     """The backbone's fast tokenizer (decoding needs its offset mapping); a one-line error otherwise."""
     from transformers import AutoTokenizer
 
-    from xh.backbones import resolve_backbone
+    from xh.model.backbones import resolve_backbone
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(resolve_backbone(str(name_or_path)))

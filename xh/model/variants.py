@@ -25,15 +25,17 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from xh.config import ModelConfig
-from xh.model.dochopper import CONFIG_FILE as DOCHOPPER_CONFIG_FILE
-from xh.model.dochopper import CorpusCache, DocHopper, config_from_model
+from xh.model.dochopper.config import CONFIG_FILE as DOCHOPPER_CONFIG_FILE
+from xh.model.dochopper.config import config_from_model
+from xh.model.dochopper.corpus import CorpusCache
+from xh.model.dochopper.model import DocHopper
 from xh.model.predict import predict_xh
 from xh.model.routed import ROUTED_TYPES, RoutedModel, routed_types
 from xh.model.saved import load_tokenizer
 from xh.model.xh import XHModel
 
 if TYPE_CHECKING:
-    from xh.store import Location
+    from xh.storage.store import Location
 
 
 class Architecture(Protocol):

@@ -14,7 +14,7 @@ from xh.eval.official import official_metrics
 from xh.registry.pyfunc import INPUT_COLUMNS, LoadedVersion, graph_input, input_columns, takes_graph_rows
 from xh.registry.register import pipeline_of
 from xh.registry.versions import data_folder, version_files
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 
 
 def training_split(name: str, version: str) -> tuple[str, dict | None]:

@@ -12,7 +12,7 @@ import yaml
 
 from xh.config import XHConfig
 from xh.registry.pyfunc import LOADER_MODULE, input_example, pyfunc_signature
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 
 PIPELINE_DIR = "pipeline"  # inside the version's data folder: what `pipeline_of` reads
 
@@ -60,7 +60,7 @@ def pip_requirements() -> list[str]:
 
 def data_snapshot(graphs: Location) -> str:
     """What the model was trained on: the graphs folder and its files' total size (cheap, changes with the data)."""
-    from xh.storage import list_paths
+    from xh.storage.uris import list_paths
 
     fs, path = graphs.fs_path()
     infos = fs.get_file_info([p for p in list_paths(fs, path) if p.endswith(".parquet")])

@@ -13,6 +13,6 @@
 Import the modules you need (`from xh.retrieval.bm25 import BM25Shard`); importing this package
 loads nothing else.
 
-Everything read or written is a `xh.store.Location` (a URI and the store that reaches it); a plain URI
-given instead is one of the environment's store (`xh.store.located`), as a local path in a test or a notebook is.
+Everything read or written is a `xh.storage.store.Location` (a URI and the store that reaches it); a plain URI
+given instead is one of the environment's store (`xh.storage.store.located`), as a local path in a test or a notebook is.
 """

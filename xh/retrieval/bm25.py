@@ -87,9 +87,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from xh import storage
 from xh.retrieval.analyzer import EMPTY_TEXT, ONLY_STOP_WORDS, Analyzer, AnalyzerMismatchError
-from xh.store import Location, located
+from xh.storage import uris as storage
+from xh.storage.store import Location, located
 
 __all__ = [
     "BM25Params",

@@ -60,7 +60,7 @@ from xh.retrieval.paths import (
     path_candidates_batch,
 )
 from xh.retrieval.shared import node_state, string_keys
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 # Neighbours of one document the path scorer considers: a hub page has 100,000s of in-links.
 PATH_LINK_POOL = 200

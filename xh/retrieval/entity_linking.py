@@ -71,7 +71,7 @@ import pyarrow.parquet as pq
 
 from xh import schemas
 from xh.retrieval.arrays import sorted_codes
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 __all__ = [
     "EntityLink",

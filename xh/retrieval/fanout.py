@@ -25,7 +25,7 @@ import numpy as np
 
 from xh.retrieval.bm25 import SearchResult, merge_topk, search_shards
 from xh.retrieval.shared import READY, ensure_layout, map_layout
-from xh.store import Location
+from xh.storage.store import Location
 
 
 def layout_shard_bytes(folder: Path) -> list[int]:

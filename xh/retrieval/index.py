@@ -2,7 +2,7 @@
 
 An index lives under one URI: `manifest.json` (the analyzer, the corpus statistics, the docs table it
 was built from, and its shards with their doc ranges) and one folder per shard, `shards/shard-NNNNN`
-(a `xh.retrieval.bm25.BM25Shard`). Every place is a `xh.store.Location` (or a URI of the environment's
+(a `xh.retrieval.bm25.BM25Shard`). Every place is a `xh.storage.store.Location` (or a URI of the environment's
 store). Writing it, in the order `xh.stages.retrieve.index` runs (one Ray task per doc range for the two
 middle steps):
 
@@ -22,7 +22,7 @@ Reading it:
 
 Every shard is built from the statistics of the whole corpus, so the shards together score exactly
 like one index (`xh.retrieval.bm25`). A rebuild writes the new index beside the old one and swaps it in
-with its `_complete.json` (`xh.tables.staged`): a rebuild that fails or is killed leaves the previous
+with its `_complete.json` (`xh.storage.tables.staged`): a rebuild that fails or is killed leaves the previous
 index whole, never old shards mixed with new ones.
 """
 
@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 
 from xh.retrieval.analyzer import Analyzer
 from xh.retrieval.bm25 import BM25Shard, CorpusStats
-from xh.store import Location, Store, located
-from xh.tables import BM25_INDEX
+from xh.storage.store import Location, Store, located
+from xh.storage.tables import BM25_INDEX
 
 INDEX_MANIFEST = "manifest.json"
 
@@ -112,7 +112,7 @@ def build_shard(doc_range: dict, stats: CorpusStats, index: Location | str, inde
 
 
 def staged_index(index: Location | str, inputs: object = None):
-    """`xh.tables.staged` for an index: build shards and manifest under `stage.uri`, set `stage.rows`."""
+    """`xh.storage.tables.staged` for an index: build shards and manifest under `stage.uri`, set `stage.rows`."""
     return located(index).staged(kind=BM25_INDEX, stage="retrieve", inputs=inputs)
 
 

@@ -45,8 +45,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from xh.jsonfiles import InputFileError
-from xh.store import Location, located
+from xh.storage.jsonfiles import InputFileError
+from xh.storage.store import Location, located
 
 __all__ = [
     "FEATURES",

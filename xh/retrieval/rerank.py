@@ -51,9 +51,9 @@ import torch
 from torch import nn
 
 from xh.config import ConfigError, RerankConfig
+from xh.inputs.questions import load_json
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
-from xh.questions import load_json
-from xh.store import Location, located
+from xh.storage.store import Location, located
 from xh.wiki.titles import normalize_title
 
 FORMAT = "xh-cross-encoder"

@@ -11,7 +11,7 @@ pairs: each gold sentence of a SUPPORTS / REFUTES claim is a positive; the negat
 BM25-ranked sentences of the claim's candidate pages that are not gold (hard negatives), up to
 `negatives_per_positive` per positive. At graph time BM25's best `rerank_pool` sentences are
 re-ordered by the cross-encoder's logit (which becomes the node's score); the rest keep BM25's order.
-Give it only training claims (`xh.fever.write_claim_split`): it learns from their gold.
+Give it only training claims (`xh.inputs.claims.write_claim_split`): it learns from their gold.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from xh.retrieval.bm25 import BM25Params, BM25Shard
 from xh.retrieval.entity_linking import EntityLinker
 from xh.retrieval.expansion import LinkGraph
 from xh.retrieval.index import load_index, read_manifest
-from xh.store import Location, located
+from xh.storage.store import Location, located
 
 CACHE_ENV = "XH_NODE_CACHE"
 LAYOUT = "xh-retrieval-node-layout/2"

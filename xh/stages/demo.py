@@ -39,10 +39,10 @@ from datetime import date
 
 import pyarrow.dataset as pads
 
-from xh import locations
-from xh.backbones import resolve_backbone
 from xh.config import XHConfig
-from xh.store import Location, Store
+from xh.model.backbones import resolve_backbone
+from xh.storage import locations
+from xh.storage.store import Location, Store
 from xh.tracking import flatten_numbers, redact, stage_run, tracking_uri_without_credentials
 from xh.train.split import in_dev_split
 
@@ -289,7 +289,7 @@ def ask(url: str, question: dict) -> dict:
 def split_claims(cfg: XHConfig, store: Store) -> dict:
     """The world's claims file and, by claim id, its train split (re-ranker training), test gold, and the test
     claims without labels (the day's new claims for batch scoring)."""
-    from xh.fever import write_claim_split
+    from xh.inputs.claims import write_claim_split
 
     claims, g = store.at(locations.world(cfg), "fever", "claims.jsonl"), cfg.graphs
     out = store.at(locations.evaluation(cfg))

@@ -27,13 +27,14 @@ from functools import partial
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from xh import locations, schemas
+from xh import schemas
 from xh.config import NODE_CHOICE, GraphsConfig, RetrieveConfig, XHConfig
 from xh.graph import store as graph_store
 from xh.graph.build import ShardBuild, ShardBuilder, TaskPlan, make_plan, outcome_rows, summarize
-from xh.storage import join
-from xh.store import Location, Store
-from xh.tables import GRAPHS, GRAPHS_QUARANTINE
+from xh.storage import locations
+from xh.storage.store import Location, Store
+from xh.storage.tables import GRAPHS, GRAPHS_QUARANTINE
+from xh.storage.uris import join
 from xh.tracking import flatten_numbers
 
 log = logging.getLogger("xh.graphs").info

@@ -9,10 +9,10 @@ promotion is run from, by the CLI, the RayJob and the demo alike.
 Promotion judges on data that chose nothing: by default the gate split of the challenger's training run
 (`xh.train.split`: neither trained on nor used to pick its checkpoint). A set (the gate or a named one) that
 shares questions with either model's training set is refused in one line, and so is one whose graphs were
-built with a graph setting unlike the challenger's (`xh.registry.eval_graph_drift`) unless
+built with a graph setting unlike the challenger's (`xh.registry.evaluation.eval_graph_drift`) unless
 `score.allow_drift=true`. A named set's questions from the challenger's dev split are flagged (`dev_overlap`).
 Each version is evaluated on a Ray actor pool (a GPU per actor where the cluster has GPUs); each actor loads
-the version from its data alone (`xh.registry.load_registered`), so no code from the artifact store runs.
+the version from its data alone (`xh.registry.versions.load_registered`), so no code from the artifact store runs.
 
 Each decision is an MLflow run of its own: the eval set as its input, each version's official metrics logged
 against that version's model and the eval set (`mlflow.log_metrics(model_id=, dataset=)`), the per-question
@@ -28,10 +28,12 @@ from dataclasses import dataclass
 
 import mlflow
 
-from xh import registry
 from xh.config import ConfigError, XHConfig
-from xh.registry.versions import logged_model_id
-from xh.store import Store
+from xh.registry.champion import promote
+from xh.registry.champion import rollback as registry_rollback
+from xh.registry.evaluation import eval_graph_drift, evaluation_set, version_predictions
+from xh.registry.versions import alias_version, logged_model_id
+from xh.storage.store import Store
 from xh.tracking import absolute_tracking, configure, log_datasets, stage_run
 
 EXIT_PROMOTED = 0
@@ -42,7 +44,7 @@ TABLE = "promotion_predictions.json"
 @dataclass(frozen=True)
 class Plan:
     """What a promotion judges, checked: the challenger version (None: there is none), the champion, the
-    evaluation set (`xh.registry.evaluation_set`) and the graph settings of the set that differ, opted into."""
+    evaluation set (`xh.registry.evaluation.evaluation_set`) and the graph settings of the set that differ, opted into."""
 
     challenger: str | None
     champion: str | None = None
@@ -67,14 +69,14 @@ def prepare(cfg: XHConfig, store: Store) -> Plan:
         if e.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
         raise ConfigError(f"promote.model: no registered model {p.model!r} in the registry") from None
-    challenger = p.challenger or registry.alias_version(p.model, "challenger")
-    champion = registry.alias_version(p.model, "champion")
+    challenger = p.challenger or alias_version(p.model, "challenger")
+    champion = alias_version(p.model, "champion")
     if challenger is None:
         return Plan(None, champion)
     named = store.at(p.eval_set) if p.eval_set else None
-    held = registry.evaluation_set(store, p.model, challenger, named, champion=champion)
+    held = evaluation_set(store, p.model, challenger, named, champion=champion)
     # graphs unlike those the challenger trained on: refused like scoring's, unless score.allow_drift
-    drift = registry.eval_graph_drift(p.model, challenger, store.at(held["folder"]), allow_drift=cfg.score.allow_drift)
+    drift = eval_graph_drift(p.model, challenger, store.at(held["folder"]), allow_drift=cfg.score.allow_drift)
     return Plan(challenger, champion, held, drift)
 
 
@@ -85,7 +87,7 @@ def run(cfg: XHConfig, store: Store, plan: Plan | None = None) -> dict:
     plan = plan or prepare(cfg, store)
     gate = dict(metric=p.metric, min_delta=p.min_delta, floor=p.floor, dry_run=p.dry_run)
     if plan.challenger is None:
-        return _outcome(registry.promote(p.model, [], **gate))  # the decision says there is none
+        return _outcome(promote(p.model, [], **gate))  # the decision says there is none
     held, drift = plan.held, plan.drift
     rows = held["rows"]
     task = rows[0]["task"] if rows else "hotpot"
@@ -97,7 +99,7 @@ def run(cfg: XHConfig, store: Store, plan: Plan | None = None) -> dict:
     with stage_run(cfg, "promote", run_name=f"promote-{p.model}", store=store, tags=tags) as decision_run:
         log_datasets([(held["dataset"], "evaluation")])
         evaluated = Evaluated(p.model, held["dataset"])
-        decision = registry.promote(
+        decision = promote(
             p.model,
             rows,
             **gate,
@@ -140,7 +142,7 @@ def _log_decision(decision: dict, drift: dict | None) -> None:
 
 
 class Evaluated:
-    """`registry.promote`'s `on_evaluated`: each version's metrics logged against its model and the eval set,
+    """`promote`'s `on_evaluated`: each version's metrics logged against its model and the eval set,
     its predictions kept for the per-question table."""
 
     def __init__(self, name: str, dataset: dict):
@@ -189,7 +191,7 @@ def question_table(rows: Sequence[dict], predictions: dict[str, list[dict]], cha
 def rollback(cfg: XHConfig, store: Store) -> dict:
     """Give `@champion` of `promote.model` back to the version the last promotion replaced."""
     configure(cfg.mlflow, store, registry="promote.model")
-    return registry.rollback(cfg.promote.model)
+    return registry_rollback(cfg.promote.model)
 
 
 # --- each version's predictions on a Ray actor pool ---------------------------------------------------------
@@ -203,7 +205,7 @@ class VersionPredictor:
         self.name, self.version = name, version
 
     def predict(self, rows: Sequence[dict]) -> list[dict]:
-        return registry.version_predictions(self.name, self.version, rows)
+        return version_predictions(self.name, self.version, rows)
 
 
 def pool_size(rows: int, gpus: float, actors: int | None = None) -> int:
@@ -213,7 +215,7 @@ def pool_size(rows: int, gpus: float, actors: int | None = None) -> int:
 
 
 def on_ray(tracking_uri: str, actors: int | None = None, cpus_per_actor: float = 1.0):
-    """`registry.evaluate_version` on the connected Ray cluster: an actor pool per evaluated version
+    """`evaluate_version` on the connected Ray cluster: an actor pool per evaluated version
     (`pool_size`). The rows are cut into contiguous shards, one per actor, and the predictions joined in the
     rows' order (FEVER's scorer pairs gold and predictions by line)."""
     import ray

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import tempfile
 
-from xh import locations
 from xh.config import XHConfig
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 
 
 def questions_of(cfg: XHConfig, store: Store) -> Location:

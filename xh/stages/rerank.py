@@ -18,11 +18,11 @@ import logging
 import time
 from pathlib import Path
 
-from xh import locations
-from xh.backbones import resolve_backbone
 from xh.config import XHConfig
+from xh.model.backbones import resolve_backbone
 from xh.retrieval.rerank import Example, training_examples
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 from xh.tracking import absolute_tracking
 from xh.train.rerank import RUN_NAME, train_loop_per_worker, training_units
 from xh.train.worker import StepPlan, checkpoint_folder, plan_steps

@@ -30,15 +30,16 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from xh import locations, schemas
+from xh import schemas
 from xh.config import ConfigError, RetrieveConfig, XHConfig
-from xh.questions import read_hotpot_questions
+from xh.inputs.questions import read_hotpot_questions
 from xh.retrieval.bm25 import CorpusStats
 from xh.retrieval.candidates import Retriever
 from xh.retrieval.evaluate import retrieval_report
 from xh.retrieval.index import build_shard, doc_ranges, index_exists, range_stats, staged_index, write_manifest
-from xh.store import Location, Store
-from xh.tables import RETRIEVAL
+from xh.storage import locations
+from xh.storage.store import Location, Store
+from xh.storage.tables import RETRIEVAL
 
 log = logging.getLogger("xh.retrieve")
 TABLES_HINT = ": run `xh wiki process` first"

@@ -56,10 +56,17 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from xh import locations, schemas
+from xh import schemas
 from xh.config import XHConfig
-from xh.jsonfiles import InputFileError, read_bytes
-from xh.partitions import (
+from xh.inputs.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
+from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
+from xh.pipeline import version_pipeline as build_version
+from xh.registry.versions import parse_model_uri, resolve_model
+from xh.retrieval.index import corpus_snapshot
+from xh.retrieval.paths import PathScorer
+from xh.storage import locations
+from xh.storage.jsonfiles import InputFileError, read_bytes
+from xh.storage.partitions import (
     VersionLock,
     partition_of,
     partition_rows,
@@ -70,14 +77,8 @@ from xh.partitions import (
     scored_versions,
     write_inputs_record,
 )
-from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
-from xh.pipeline import version_pipeline as build_version
-from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
-from xh.registry import parse_model_uri, resolve_model
-from xh.retrieval.index import corpus_snapshot
-from xh.retrieval.paths import PathScorer
-from xh.store import Location, Store
-from xh.tables import (
+from xh.storage.store import Location, Store
+from xh.storage.tables import (
     Stages,
     check_outside_tables,
     content_digest,

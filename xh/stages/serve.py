@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from xh import locations
 from xh.config import XHConfig
-from xh.store import Store
+from xh.storage import locations
+from xh.storage.store import Store
 
 
 def check(cfg: XHConfig, store: Store) -> dict:

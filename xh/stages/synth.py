@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 import time
 
-from xh import locations, synth
+from xh import synth
 from xh.config import XHConfig
-from xh.store import Store
+from xh.storage import locations
+from xh.storage.store import Store
 
 log = logging.getLogger("xh.synth").info
 

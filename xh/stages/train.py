@@ -19,9 +19,9 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from xh import locations
 from xh.config import ConfigError, XHConfig
-from xh.store import Location, Store
+from xh.storage import locations
+from xh.storage.store import Location, Store
 from xh.train.data import dev_source, question_kinds
 
 log = logging.getLogger("xh.train")
@@ -161,10 +161,10 @@ def fit(job: Job) -> dict:
 
 def fit_separate(job: Job) -> dict:
     """`train.question_types=separate`: a bridge model and a comparison model (two runs, `<run_name>-bridge`
-    and `-comparison`), joined into one routed model folder (`xh.inference.save_routed`). Its dev metrics
+    and `-comparison`), joined into one routed model folder (`xh.model.routed.save_routed`). Its dev metrics
     are the per-type ones weighted by their questions: the official metrics are means over questions,
     and the two dev sets split the mixed one by type."""
-    from xh.inference import ROUTED_TYPES, save_routed
+    from xh.model.routed import ROUTED_TYPES, save_routed
 
     parts = {}
     for kind in ROUTED_TYPES:
@@ -203,7 +203,7 @@ def record_split(job: Job, run_id: str) -> None:
 
 def run(job: Job) -> dict:
     """Train (`fit`, or `fit_separate` for `train.question_types=separate`) and register the model."""
-    from xh.registry import log_and_register
+    from xh.registry.register import log_and_register
 
     separate = job.cfg.train.question_types == "separate"
     outcome = fit_separate(job) if separate else fit(job)

@@ -24,10 +24,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from xh import locations
 from xh.config import XHConfig
-from xh.store import Location, Store
-from xh.tables import WIKI_TABLES
+from xh.storage import locations
+from xh.storage.store import Location, Store
+from xh.storage.tables import WIKI_TABLES
 from xh.wiki import process
 
 log = logging.getLogger("xh.wiki").info
@@ -70,7 +70,7 @@ def write_tables(
 ) -> dict:
     """Every step, from the dump files or folders `inputs` to the tables at `output`; returns the summary.
 
-    Built in a staging sibling and swapped into place with its `_complete.json` (`xh.tables.staged`):
+    Built in a staging sibling and swapped into place with its `_complete.json` (`xh.storage.tables.staged`):
     a run that fails leaves the previous tables as they were."""
     files = process.input_files(inputs, fmt)
     fingerprint = {"format": fmt, "files": [f.uri for f in files]}

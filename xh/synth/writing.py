@@ -26,7 +26,7 @@ from xh.synth.pages import page
 from xh.synth.questions import make_questions
 
 if TYPE_CHECKING:
-    from xh.store import Location
+    from xh.storage.store import Location
 
 OpenOutput = Callable[[str], AbstractContextManager[IO[bytes]]]
 
@@ -34,7 +34,7 @@ OpenOutput = Callable[[str], AbstractContextManager[IO[bytes]]]
 def output_under(root: str | Location) -> OpenOutput:
     """An `open_output` writing under a Location, or a storage URI (local folder or s3://bucket/prefix)
     reached with the environment's S3 settings."""
-    from xh.store import located
+    from xh.storage.store import located
 
     return partial(_open_under, located(root))
 

@@ -153,7 +153,7 @@ def step_plan(cfg: XHConfig, train_ds, num_train: int, sample_size: int = 256) -
     `batch_graphs` does not apply there, so it must not refuse a run."""
     if cfg.train.batching == "tokens":
         from xh.graph.encode import encode_graphs
-        from xh.model import load_tokenizer
+        from xh.model.xh import load_tokenizer
 
         tokenizer = load_tokenizer(cfg.model.backbone)
         rows = train_ds.take_batch(min(sample_size, num_train), batch_format="pyarrow").to_pylist()

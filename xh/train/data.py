@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from xh.config import XHConfig
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 from xh.train.split import split_of
 
 

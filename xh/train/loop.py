@@ -31,8 +31,8 @@ from xh.config import TrainConfig, XHConfig
 from xh.eval.official import official_metrics
 from xh.graph.encode import GraphEncoder
 from xh.inference import predict_graphs
-from xh.model import XHModel, load_tokenizer
 from xh.model.variants import architecture, load_saved, new_model
+from xh.model.xh import XHModel, load_tokenizer
 from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
 from xh.train.meters import StepMeter, epoch_figures, log_progress

@@ -13,7 +13,7 @@ with a gate share holds out the same dev questions as one without. With separate
 (`train.dev_graphs`; FEVER's `<graphs>-dev`) the training graphs split into train and gate only. A model
 of one question type sees only those. The record names all of it, resolved (never "the default folder"),
 as the JSON artifact `split.json` of the training run: the registered version's `run_id` leads to it.
-The FEVER claim split (`xh.fever.claim_split`) and the question-type classifier's hold-out use the same rule.
+The FEVER claim split (`xh.inputs.claims.claim_split`) and the question-type classifier's hold-out use the same rule.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
 
 SPLIT_ARTIFACT = "split.json"
 PARTS = ("train", "dev", "gate")

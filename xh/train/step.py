@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from xh.config import TrainConfig
-from xh.inference import autocast
+from xh.model.predict import autocast
 from xh.train.meters import StepMeter
 from xh.train.state import Progress
 from xh.train.worker import optimizer_step

@@ -1,6 +1,7 @@
 """Wikipedia dump readers: HotpotQA's processed Wikipedia, MediaWiki XML and FEVER's wiki-pages.
 
-    from xh.wiki import ReadCounts, normalize_title, read_records
+    from xh.wiki.readers import read_records
+    from xh.wiki.records import ReadCounts
 
     counts = ReadCounts()
     with open("enwiki-pages-articles1.xml.bz2", "rb") as stream:
@@ -21,26 +22,3 @@ The modules, in reading order (each imports only those listed before it):
 - `xh.wiki.readers`: `read_records(fmt, ...)`, one entry point for the three; what a record is.
 - `xh.wiki.process`: the dump files -> the docs / links / redirects / anchors / quarantine tables.
 """
-
-from xh.wiki.fever import read_fever
-from xh.wiki.hotpot import read_hotpot
-from xh.wiki.mediawiki import read_mediawiki
-from xh.wiki.readers import FORMATS, read_records
-from xh.wiki.records import Doc, Link, Quarantine, ReadCounts, Record, Redirect
-from xh.wiki.titles import fever_page_id, normalize_title
-
-__all__ = [
-    "FORMATS",
-    "Doc",
-    "Link",
-    "Quarantine",
-    "ReadCounts",
-    "Record",
-    "Redirect",
-    "fever_page_id",
-    "normalize_title",
-    "read_fever",
-    "read_hotpot",
-    "read_mediawiki",
-    "read_records",
-]

@@ -5,7 +5,7 @@
             ...  # a Doc, or a Quarantine (a line that cannot be read)
 
 The dump is JSON lines (plain or bz2) with "id" (the FEVER page id) and "lines"
-("0<TAB>sentence<TAB>anchor<TAB>target...<NEWLINE>1<TAB>..."). FEVER's claims are `xh.fever`.
+("0<TAB>sentence<TAB>anchor<TAB>target...<NEWLINE>1<TAB>..."). FEVER's claims are `xh.inputs.claims`.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from xh import schemas
-from xh.storage import list_paths
-from xh.store import Location
+from xh.storage.store import Location
+from xh.storage.uris import list_paths
 from xh.wiki.readers import read_records
 from xh.wiki.records import ReadCounts
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
-from xh.jsonfiles import is_utf8_text
+from xh.storage.jsonfiles import is_utf8_text
 from xh.wiki.records import Doc, Quarantine, ReadCounts, Record, Unreadable, clip_raw
 
 __all__ = ["Truncated", "decompressed", "lines", "non_utf8", "read_json_lines", "id_of"]

@@ -4,8 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from workflows.cli import app
-from xh.eval import EvalInputError
 from xh.eval.fever import METRIC_KEYS, evaluate_fever, evaluate_fever_files
+from xh.storage.jsonfiles import InputFileError as EvalInputError
 
 NEI = "NOT ENOUGH INFO"
 

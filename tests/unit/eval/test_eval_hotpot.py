@@ -4,8 +4,8 @@ import pytest
 from typer.testing import CliRunner
 
 from workflows.cli import app
-from xh.eval import EvalInputError
 from xh.eval.hotpot import METRIC_KEYS, answer_scores, evaluate_hotpot, evaluate_hotpot_files, normalize_answer
+from xh.storage.jsonfiles import InputFileError as EvalInputError
 
 
 def question(qid: str, answer: str, facts: list, kind: str = "bridge") -> dict:

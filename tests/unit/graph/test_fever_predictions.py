@@ -14,12 +14,12 @@ import pytest
 from xh.config import GraphsConfig, ModelConfig
 from xh.eval.fever import evaluate_fever, evaluate_fever_files, flat_metrics, official_predictions
 from xh.eval.official import fever_gold, fever_prediction_file
-from xh.fever import claim_split, read_fever_claims, write_claim_split
 from xh.graph.build import fever_plan
 from xh.graph.fever import FeverGraphSettings, build_fever_graphs
 from xh.inference import predict_graphs
-from xh.model import XHModel, load_tokenizer
-from xh.store import Store
+from xh.inputs.claims import claim_split, read_fever_claims, write_claim_split
+from xh.model.xh import XHModel, load_tokenizer
+from xh.storage.store import Store
 from xh.train.loop import fever_dev_metrics
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""FEVER claims (xh.fever) and evidence graphs (xh.graph.fever).
+"""FEVER claims (xh.inputs.claims) and evidence graphs (xh.graph.fever).
 
 Every test that builds graphs also checks the invariant the pipeline relies on:
 claims in == graphs out + quarantined.
@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 
 from xh import schemas, synth
-from xh.fever import claim_rows, read_fever_claims
 from xh.graph.fever import FeverGraphBuilder, FeverGraphSettings, build_fever_graphs, evidence_recall
+from xh.inputs.claims import claim_rows, read_fever_claims
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 pytestmark = pytest.mark.unit
 

@@ -20,8 +20,10 @@ from xh.eval.hotpot import evaluate_hotpot
 from xh.eval.official import hotpot_gold, hotpot_prediction_file
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.store import qids_of_quarantine, quarantined_qids
-from xh.inference import RoutedModel, load_model, predict_graphs, save_routed
-from xh.model import collate, decode
+from xh.inference import load_model, predict_graphs
+from xh.model.batch import collate
+from xh.model.decode import decode
+from xh.model.routed import RoutedModel, save_routed
 
 OTHER = ["Paris is the capital of France.", " It lies on the Seine."]
 
@@ -150,7 +152,7 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
     assert other["node_score"] != predictions[0]["node_score"]  # the two models do differ
 
     # the registry's pyfunc loads the same folder and routes alike
-    from xh.registry import XHPyfunc, graph_input
+    from xh.registry.pyfunc import XHPyfunc, graph_input
 
     pyfunc = XHPyfunc()
     pyfunc.load_context(SimpleNamespace(artifacts={"model": str(folder)}))
@@ -165,7 +167,7 @@ def test_a_routed_model_sends_each_question_to_the_model_of_its_type(backbone, t
 def test_separate_training_joins_a_model_per_type_and_weights_their_dev_metrics(backbone, tmp_path, monkeypatch):
     """`train.question_types=separate`: one fit per type (Ray Train's part is stood in for), one routed folder."""
     from xh.stages import train
-    from xh.store import Store
+    from xh.storage.store import Store
 
     fits = []
 
@@ -242,7 +244,7 @@ def test_quarantine_ids_are_read_from_raw_records_even_truncated(tmp_path):
 
     # what the training driver hands its workers: the dev split's misses and the table's settings
     from xh.stages.train import Job
-    from xh.store import Store
+    from xh.storage.store import Store
     from xh.train.data import dev_source, graph_settings
     from xh.train.loop import in_dev_split, log_graph_settings
     from xh.train.split import dev_missed

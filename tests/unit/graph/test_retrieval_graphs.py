@@ -11,13 +11,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.helpers import tables_retriever
-from xh import locations, schemas
+from xh import schemas
 from xh.config import load_config
 from xh.graph.docstore import DocStore
 from xh.pipeline import Pipeline
 from xh.stages import graphs, retrieve
-from xh.store import Store
-from xh.tables import RETRIEVAL
+from xh.storage import locations
+from xh.storage.store import Store
+from xh.storage.tables import RETRIEVAL
 
 
 def _sources(graph: dict) -> Counter:

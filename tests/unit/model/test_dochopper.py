@@ -13,18 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from xh.model.dochopper import (
-    DocHopper,
-    DocHopperConfig,
-    evidence_hops,
-    hop_loss,
-    hop_targets,
-    mix_paragraphs,
-    mix_sentences,
-    paragraph_embeddings,
-    supporting_evidence,
-    table_log_probs,
-)
+from xh.model.dochopper.config import DocHopperConfig, evidence_hops
+from xh.model.dochopper.equations import hop_loss, mix_paragraphs, mix_sentences, paragraph_embeddings, table_log_probs
+from xh.model.dochopper.examples import hop_targets, supporting_evidence
+from xh.model.dochopper.model import DocHopper
 
 # --- the equations on hand cases ----------------------------------------------------------------------
 

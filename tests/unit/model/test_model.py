@@ -17,9 +17,11 @@ from transformers import AutoModel, BertTokenizerFast
 from bench.reference import encode_node
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
-from xh.model import HopGraph, XHModel, collate, decode, pack_batches
-from xh.model.hop import DotProductHopAttention, GATHopAttention, HopStep
+from xh.model.batch import collate, pack_batches
+from xh.model.decode import decode
+from xh.model.hop import DotProductHopAttention, GATHopAttention, HopGraph, HopStep
 from xh.model.scatter import segment_softmax
+from xh.model.xh import XHModel
 
 # --- fixtures and helpers -----------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from transformers import BertConfig, BertModel, RobertaConfig, RobertaModel
 
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
-from xh.model import XHModel, collate
+from xh.model.batch import collate
 from xh.model.packing import (
     PackedBatch,
     encoder_inputs,
@@ -27,6 +27,7 @@ from xh.model.packing import (
     pack,
     round_up,
 )
+from xh.model.xh import XHModel
 
 VOCAB, CLS, SEP = 200, 2, 3
 

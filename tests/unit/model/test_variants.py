@@ -14,13 +14,16 @@ from xh.config import GraphsConfig, ModelConfig, load_config
 from xh.graph.encode import encode_graph
 from xh.graph.hotpot import distractor_graphs, distractor_items
 from xh.graph.typed import EDGE_TYPES
-from xh.inference import load_model, predict_graphs, save_routed
-from xh.model import XHModel, collate
+from xh.inference import load_model, predict_graphs
+from xh.model.batch import collate
 from xh.model.decode import decode
-from xh.model.dochopper import CorpusCache, DocHopper
+from xh.model.dochopper.corpus import CorpusCache
+from xh.model.dochopper.model import DocHopper
 from xh.model.gesa import GESAHopStep
+from xh.model.routed import save_routed
 from xh.model.variants import architecture, architecture_of, load_saved, new_model, training_batch
-from xh.registry import model_flavour
+from xh.model.xh import XHModel
+from xh.registry.register import model_flavour
 
 RECORDS = [
     {

@@ -11,7 +11,7 @@ from typing import get_type_hints
 import pytest
 from pydantic import ValidationError
 
-from xh.registry import PyfuncInput, input_columns, pyfunc_signature, takes_graph_rows
+from xh.registry.pyfunc import PyfuncInput, input_columns, pyfunc_signature, takes_graph_rows
 
 
 def test_the_signature_names_predicts_input_fields_as_optional_columns_with_public_api_only():

@@ -11,8 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from xh.registry import pip_requirements
-from xh.registry.register import project_distribution
+from xh.registry.register import pip_requirements, project_distribution
 
 # what answering a raw question imports: the loader, both halves of the pipeline, the model's libraries
 LOADER_IMPORTS = (

@@ -321,7 +321,7 @@ def test_expansion_neighbours_are_ordered_by_the_reranker(synth_tables):
 def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_retrieves_with_it(tmp_path):
     from xh.config import load_config
     from xh.stages import demo
-    from xh.store import Store
+    from xh.storage.store import Store
     from xh.train.loop import in_dev_split
 
     cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}", "demo.train_reranker=true"])

@@ -29,7 +29,7 @@ from xh.retrieval.fanout import FanoutShards, ShardGroup, same_results, shard_gr
 from xh.retrieval.index import build_shard, doc_ranges, load_index, range_stats, write_manifest
 from xh.retrieval.paths import PathScorer
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 
 
 def build_index(tables: Path, index: Path, shards: int) -> None:

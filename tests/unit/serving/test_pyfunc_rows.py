@@ -14,9 +14,9 @@ from mlflow.exceptions import MlflowException
 
 from tests.unit.model.test_variants import graph_rows
 from xh.config import load_config
-from xh.model import XHModel
+from xh.model.xh import XHModel
 from xh.pyfunc_entry import MAX_QUESTION_CHARS, MAX_ROWS, XHVersionModel, version_graph_half
-from xh.registry import graph_input
+from xh.registry.pyfunc import graph_input
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 import os
 
 from xh.config import load_config
-from xh.questions import question_rows
+from xh.inputs.questions import question_rows
 
 
 def test_question_rows_refuse_the_other_tasks_field_and_a_record_with_both():

@@ -18,8 +18,9 @@ from transformers import BertConfig, BertModel
 
 from xh.config import ModelConfig
 from xh.graph.encoded import EncodedGraph
-from xh.model import XHModel, collate
+from xh.model.batch import collate
 from xh.model.packing import pack
+from xh.model.xh import XHModel
 
 VOCAB = 120
 STEPS = 6

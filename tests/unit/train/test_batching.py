@@ -9,7 +9,8 @@ import torch
 from xh.config import ConfigError, GraphsConfig, ModelConfig, load_config
 from xh.graph.encode import GraphEncoder, encode_graphs
 from xh.inference import predict_graphs
-from xh.model import XHModel, collate, load_tokenizer
+from xh.model.batch import collate
+from xh.model.xh import XHModel, load_tokenizer
 from xh.train.batching import LENGTH_MULTIPLE, BatchLayout, BatchStats, in_lockstep, plan_token_batches
 
 
@@ -28,7 +29,7 @@ def backbone(make_tiny_backbone) -> str:
 
 @pytest.fixture(scope="module")
 def graphs(rows, backbone) -> list:
-    from xh.model import load_tokenizer
+    from xh.model.xh import load_tokenizer
 
     return encode_graphs(rows, load_tokenizer(backbone), MAX_TOKENS)
 
@@ -144,7 +145,7 @@ def test_without_a_process_group_lockstep_passes_items_through():
 
 @pytest.mark.gpu
 def test_on_cuda_prefetched_token_batches_arrive_pinned_and_train_in_bf16_as_in_float32(rows, backbone):
-    from xh.inference import autocast
+    from xh.model.predict import autocast
     from xh.train.prefetch import Prefetcher
 
     cfg = config(backbone, "train.batching=tokens", "train.batch_tokens=1920")

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from xh import schemas
-from xh.tables import MARKER
+from xh.storage.tables import MARKER
 from xh.train.split import (
     dev_questions,
     dev_set,
@@ -103,7 +103,7 @@ def test_separate_dev_graphs_with_a_gate_share_cut_the_gate_from_the_training_fo
 
 
 def test_fevers_claim_split_is_the_one_rule_with_its_gate_share_called_test():
-    from xh.fever import claim_split
+    from xh.inputs.claims import claim_split
 
     names = {"train": "train", "dev": "dev", "gate": "test"}
     assert all(claim_split(q, 0.2, 0.3) == names[split_of(q, 0.2, 0.3)] for q in [*QUESTIONS, "137334", "7"])

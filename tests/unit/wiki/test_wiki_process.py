@@ -9,7 +9,7 @@ import pytest
 
 from xh import schemas
 from xh.stages import wiki
-from xh.store import Store
+from xh.storage.store import Store
 from xh.wiki import process
 
 

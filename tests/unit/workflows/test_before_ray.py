@@ -18,8 +18,8 @@ import pytest
 from workflows.cli import check_before_ray
 from xh.config import STAGES, ConfigError, load_config
 from xh.stages import wiki
-from xh.storage import StorageSettingsError
-from xh.store import Store
+from xh.storage.store import Store
+from xh.storage.uris import StorageSettingsError
 
 ROOT = Path(__file__).resolve().parents[3]
 # what would give the stages an S3 endpoint, AWS or a tracking store other than the one a case sets
@@ -192,8 +192,8 @@ def _table(folder: Path, kind: str) -> None:
     import pyarrow.parquet as pq
 
     from xh import schemas
-    from xh.store import located
-    from xh.tables import staged
+    from xh.storage.store import located
+    from xh.storage.tables import staged
 
     with staged(located(str(folder)), kind=kind) as stage:
         Path(stage.uri).mkdir(parents=True, exist_ok=True)

@@ -50,39 +50,3 @@ Faithfulness: ETC (global sentence tokens, pretrained with CPC) becomes the proj
 backbone with pooled sentence spans, one backbone shared by query encoder, context encoder and reader;
 the dummy questions q_null become [MASK] tokens after the question.
 """
-
-from xh.model.dochopper.batch import DocHopperBatch, DocHopperExample
-from xh.model.dochopper.config import CONFIG_FILE, DocHopperConfig, config_from_model, evidence_hops
-from xh.model.dochopper.corpus import CorpusCache
-from xh.model.dochopper.equations import (
-    hop_loss,
-    mix_paragraphs,
-    mix_sentences,
-    paragraph_embeddings,
-    table_log_probs,
-)
-from xh.model.dochopper.examples import hop_targets, supporting_evidence
-from xh.model.dochopper.inference import PREDICTION_KEYS
-from xh.model.dochopper.model import DocHopper, DocHopperOutput
-from xh.model.dochopper.reader import ReaderOutput
-
-__all__ = [
-    "CONFIG_FILE",
-    "PREDICTION_KEYS",
-    "CorpusCache",
-    "DocHopper",
-    "DocHopperBatch",
-    "DocHopperConfig",
-    "DocHopperExample",
-    "DocHopperOutput",
-    "ReaderOutput",
-    "config_from_model",
-    "evidence_hops",
-    "hop_loss",
-    "hop_targets",
-    "mix_paragraphs",
-    "mix_sentences",
-    "paragraph_embeddings",
-    "supporting_evidence",
-    "table_log_probs",
-]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from xh.store import Location
+    from xh.storage.store import Location
 
 
 def pool_sentences(hidden: torch.Tensor, sentence_ids: torch.Tensor, slots: int, pooling: str = "mean") -> torch.Tensor:
@@ -72,7 +72,7 @@ class CorpusCache:
     """
 
     def __init__(self, folder: str | Location | None = None):
-        from xh.store import located
+        from xh.storage.store import located
 
         self.folder = located(folder) if folder is not None else None
         self.entries: dict[str, torch.Tensor] = {}

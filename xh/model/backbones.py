@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 
 from xh.config import ConfigError
-from xh.storage import is_s3
-from xh.store import Location, Store
+from xh.storage.store import Location, Store
+from xh.storage.uris import is_s3
 
 MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 

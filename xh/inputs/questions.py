@@ -50,9 +50,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xh.jsonfiles import InputFileError, is_utf8_text, read_bytes, read_json
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, located
+from xh.storage.jsonfiles import InputFileError, is_utf8_text, read_bytes, read_json
+from xh.storage.store import Location, located
 from xh.wiki.streams import Truncated, decompressed, lines
 from xh.wiki.titles import normalize_title
 

@@ -1,7 +1,7 @@
 """Tables handed on whole or not at all (staged writes, a completion marker, a reader check), and a batch
 job's resumable stages on the same marker.
 
-    table = store.at("runs/demo/graphs/hotpot")      # a Location (xh.store); `table.staged(...)` says the same
+    table = store.at("runs/demo/graphs/hotpot")      # a Location (xh.storage.store); `table.staged(...)` says the same
     with staged(table, kind=GRAPHS, stage="graphs", inputs={...}) as stage:
         write_everything_under(stage.location)  # a hidden sibling: <parent>/.hotpot.staging
         stage.rows = 500
@@ -58,17 +58,36 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from xh import schemas
 from xh.config import ConfigError
-from xh.storage import is_s3, list_paths, resolve
+from xh.storage.uris import is_s3, list_paths, resolve
 
-if TYPE_CHECKING:  # Locations are what this protocol works on; xh.store builds on this module
-    from xh.store import Location
+
+class Place(Protocol):
+    """What this protocol needs of a place: a `xh.storage.store.Location` (the one kind there is), named by
+    what it offers rather than imported, since the store builds on this module."""
+
+    uri: str
+    store: Any  # its `at(uri)`: another place of the same store
+
+    @property
+    def is_s3(self) -> bool: ...
+    @property
+    def s3(self) -> Any: ...
+    def join(self, *parts: str) -> Place: ...
+    def exists(self) -> bool: ...
+    def fs_path(self) -> tuple[pafs.FileSystem, str]: ...
+    def files(self, suffix: str = "") -> list[str]: ...
+    def open_input(self) -> Any: ...
+    def read_bytes(self) -> bytes: ...
+    def write_bytes(self, data: bytes) -> None: ...
+    def read_dataset(self, **read_args) -> Any: ...
+
 
 _log = logging.getLogger("xh.stages").info
 
@@ -101,7 +120,7 @@ class ForeignFolderError(ConfigError):
     """An output folder the stage may not replace: files the project did not write, or another kind of table."""
 
 
-def fingerprint(inputs: object, files: Sequence[Location] = (), digests: dict[str, str] | None = None) -> str:
+def fingerprint(inputs: object, files: Sequence[Place] = (), digests: dict[str, str] | None = None) -> str:
     """A short stable hash of what a table or a run's staging was built from: `inputs` (JSON-able: paths,
     settings, upstream markers) and, for each of `files`, its URI and content (`content_digest`, or
     `digests[uri]` where the caller has it already)."""
@@ -112,7 +131,7 @@ def fingerprint(inputs: object, files: Sequence[Location] = (), digests: dict[st
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def content_digest(file: Location) -> str:
+def content_digest(file: Place) -> str:
     """What a file holds: the SHA-256 of a local file's bytes, or an S3 object's ETag (the store's
     digest of the bytes, read without downloading them). Size and modification time are not enough:
     a file replaced by one of the same size, its time set back, would resume the old file's stages."""
@@ -125,12 +144,12 @@ def content_digest(file: Location) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def _etag(file: Location) -> str:
+def _etag(file: Place) -> str:
     bucket, _, key = file.uri[len("s3://") :].partition("/")
     return s3_client(file).head_object(Bucket=bucket, Key=key)["ETag"]
 
 
-def s3_client(file: Location):
+def s3_client(file: Place):
     """A boto3 S3 client with `file`'s store settings (for what pyarrow's filesystem cannot: ETags,
     conditional writes)."""
     import boto3
@@ -147,7 +166,7 @@ def s3_client(file: Location):
     )
 
 
-def _read_json(file: Location) -> dict | None:
+def _read_json(file: Place) -> dict | None:
     try:
         found = json.loads(file.read_bytes())
     except (FileNotFoundError, OSError, ValueError):
@@ -155,12 +174,12 @@ def _read_json(file: Location) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
-def read_marker(folder: Location) -> dict | None:
+def read_marker(folder: Place) -> dict | None:
     """The folder's `_complete.json`, or None when it has none."""
     return _read_json(folder.join(MARKER))
 
 
-def require_complete(folder: Location, what: str = "table", hint: str = "", kind: str | None = None) -> dict:
+def require_complete(folder: Place, what: str = "table", hint: str = "", kind: str | None = None) -> dict:
     """The folder's marker; `IncompleteTableError` (one line) when the folder is missing or has none, and
     `WrongKindError` (one line) when it is a table of another kind than `kind` (default: `what`, when that
     names a kind). A marker that names no kind passes if its layout shows none either (`_legacy_kind`)."""
@@ -198,7 +217,7 @@ def _parents(uri: str) -> list[str]:
     return found
 
 
-def _inside_table(folder: Location, what: str = "output") -> None:
+def _inside_table(folder: Place, what: str = "output") -> None:
     for parent in _parents(folder.uri):
         marker = read_marker(_at(folder, parent))
         if marker is not None:
@@ -208,7 +227,7 @@ def _inside_table(folder: Location, what: str = "output") -> None:
             )
 
 
-def check_outside_tables(folder: Location, what: str = "output") -> None:
+def check_outside_tables(folder: Place, what: str = "output") -> None:
     """Raise `ForeignFolderError` (one line) when `folder` is a table or lies inside one: a root that holds
     folders of its own (batch scoring's predictions) would be deleted with the table, or read as its rows."""
     _inside_table(folder, what)
@@ -219,7 +238,7 @@ def check_outside_tables(folder: Location, what: str = "output") -> None:
         )
 
 
-def check_replaceable(folder: Location, kind: str | None = None) -> None:
+def check_replaceable(folder: Place, kind: str | None = None) -> None:
     """Raise `ForeignFolderError` unless `folder` is missing, empty, or a table of `kind` the project marked,
     and lies inside no other table."""
     uri = folder.uri
@@ -245,7 +264,7 @@ def check_replaceable(folder: Location, kind: str | None = None) -> None:
         )
 
 
-def _legacy_kind(folder: Location) -> str | None:
+def _legacy_kind(folder: Place) -> str | None:
     """The kind of a table whose marker names none (written before markers named kinds), from its layout;
     None when the layout says nothing: such a folder is then refused, not guessed at."""
     fs, path = folder.fs_path()
@@ -261,12 +280,12 @@ def _legacy_kind(folder: Location) -> str | None:
     return None
 
 
-def _at(folder: Location, uri: str) -> Location:
+def _at(folder: Place, uri: str) -> Place:
     """Another place of `folder`'s store."""
     return folder.store.at(uri)
 
 
-def _sibling(folder: Location, suffix: str) -> Location:
+def _sibling(folder: Place, suffix: str) -> Place:
     stripped = folder.uri.rstrip("/")
     if is_s3(stripped):
         parent, name = posixpath.split(stripped[len("s3://") :])
@@ -285,8 +304,8 @@ class Stage:
     """Where a run writes its table before it is published (`location`, a Location of the target's store);
     set `rows` (and `detail`) before the end."""
 
-    location: Location
-    target: Location
+    location: Place
+    target: Place
     kind: str
     stage: str | None = None
     inputs: object = None
@@ -298,13 +317,13 @@ class Stage:
         return self.location.uri
 
 
-def _delete(folder: Location) -> None:
+def _delete(folder: Place) -> None:
     fs, path = folder.fs_path()
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
 
 
-def _ours(folder: Location, target: Location, kind: str) -> bool:
+def _ours(folder: Place, target: Place, kind: str) -> bool:
     """Whether a `.<name>.staging` / `.<name>.old` sibling may be deleted: empty, or carrying this kind's
     own proof (a staging folder's `_staging.json` naming `target`, or a marker of `kind`)."""
     fs, path = folder.fs_path()
@@ -319,7 +338,7 @@ def _ours(folder: Location, target: Location, kind: str) -> bool:
     return not list_paths(fs, path)
 
 
-def _clear_sibling(folder: Location, target: Location, kind: str) -> None:
+def _clear_sibling(folder: Place, target: Place, kind: str) -> None:
     """Delete a leftover sibling of a killed run, but only one that is provably this kind's own."""
     if not folder.exists():
         return
@@ -332,7 +351,7 @@ def _clear_sibling(folder: Location, target: Location, kind: str) -> None:
 
 
 @contextmanager
-def staged(folder: Location, *, kind: str, stage: str | None = None, inputs: object = None) -> Iterator[Stage]:
+def staged(folder: Place, *, kind: str, stage: str | None = None, inputs: object = None) -> Iterator[Stage]:
     """Build a table of `kind` in a staging sibling of `folder`; on success mark it complete and swap it into place.
 
     Refuses up front (before any work) to replace a folder the project did not write, a table of
@@ -360,14 +379,14 @@ def staged(folder: Location, *, kind: str, stage: str | None = None, inputs: obj
     publish(staging)
 
 
-def _recover_local(folder: Location, kind: str) -> None:
+def _recover_local(folder: Place, kind: str) -> None:
     """A run killed between the two renames of a swap left the previous table aside: put it back."""
     target, old = resolve(folder.uri)[1], _sibling(folder, "old")
     if not os.path.exists(target) and (read_marker(old) or {}).get("kind") == kind:
         os.rename(old.uri, target)
 
 
-def _write_marker(folder: Location, kind: str, stage: str | None, rows: int | None, **more) -> dict:
+def _write_marker(folder: Place, kind: str, stage: str | None, rows: int | None, **more) -> dict:
     """The folder's `_complete.json`: written last, once everything else in the folder is."""
     marker = {
         "kind": kind,
@@ -397,7 +416,7 @@ def publish(stage: Stage) -> dict:
     return marker
 
 
-def _swap_local(staging: Location, target: Location, kind: str) -> None:
+def _swap_local(staging: Place, target: Place, kind: str) -> None:
     old = _sibling(target, "old")
     _clear_sibling(old, target, kind)
     target_path = resolve(target.uri)[1]
@@ -408,7 +427,7 @@ def _swap_local(staging: Location, target: Location, kind: str) -> None:
     shutil.rmtree(old.uri, ignore_errors=True)  # the table just renamed aside: checked by `check_replaceable`
 
 
-def _swap_s3(staging_folder: Location, target_folder: Location) -> None:
+def _swap_s3(staging_folder: Place, target_folder: Place) -> None:
     fs, staging = staging_folder.fs_path()
     _, target = target_folder.fs_path()
     if fs.get_file_info(target).type != pafs.FileType.NotFound:
@@ -434,7 +453,7 @@ def with_quarantine(fields: Sequence[pa.Field]) -> pa.Schema:
     return pa.schema([*fields, *(f.with_nullable(True) for f in schemas.QUARANTINE)])
 
 
-def empty_folder(folder: Location) -> tuple:
+def empty_folder(folder: Place) -> tuple:
     """(filesystem, path) of a folder that exists and is empty, whatever an earlier run left in it."""
     fs, path = folder.fs_path()
     fs.create_dir(path, recursive=True)
@@ -442,7 +461,7 @@ def empty_folder(folder: Location) -> tuple:
     return fs, path
 
 
-def write_stage(dataset, folder: Location, schema: pa.Schema | None = None, stage: str | None = None) -> None:
+def write_stage(dataset, folder: Place, schema: pa.Schema | None = None, stage: str | None = None) -> None:
     """Write a Ray Dataset as a stage's Parquet files and mark it finished (a half-written stage is cleared first);
     with `schema`, an empty result is one empty Parquet file of that schema."""
     import pyarrow.parquet as pq
@@ -454,7 +473,7 @@ def write_stage(dataset, folder: Location, schema: pa.Schema | None = None, stag
     _write_marker(folder, BATCH_STAGE, stage, count_rows(folder))
 
 
-def read_stage(folder: Location):
+def read_stage(folder: Place):
     """A finished stage's usable rows (no reason) as a materialized Ray Dataset."""
     from ray.data.expressions import col
 
@@ -468,11 +487,11 @@ class Stages:
 
     With a `fingerprint` (see `fingerprint`), staging left by a run of other inputs or settings is cleared
     first, and the fingerprint is written there (`_staging.json`, its first file, with `run_id`: the run
-    it belongs to, which the caller makes the only writer, e.g. under `xh.partitions.VersionLock`); a
+    it belongs to, which the caller makes the only writer, e.g. under `xh.storage.partitions.VersionLock`); a
     non-empty folder without one of a batch job's is refused (`ForeignFolderError`), never cleared. Each
     stage logs its start and its end (rows, seconds), for the job's log."""
 
-    def __init__(self, staging: Location, fingerprint: str | None = None, run_id: str | None = None) -> None:
+    def __init__(self, staging: Place, fingerprint: str | None = None, run_id: str | None = None) -> None:
         self.staging = staging
         self.run_id = run_id
         self.resumed: list[str] = []
@@ -510,7 +529,7 @@ class Stages:
 
     def run(
         self, name: str, dataset: Callable[[], object], resume: bool = True, schema: pa.Schema | None = None
-    ) -> Location:
+    ) -> Place:
         """Write `dataset()` to `<staging>/<name>` (or keep a finished one when `resume`); returns its place.
 
         With `schema`, a stage that wrote no rows gets one empty Parquet file of that schema, so the
@@ -531,26 +550,26 @@ class Stages:
         _delete(self.staging)
 
 
-def _parquet(folder: Location):
+def _parquet(folder: Place):
     import pyarrow.dataset as pads
 
     fs, path = folder.fs_path()
     return pads.dataset(path, filesystem=fs, format="parquet", exclude_invalid_files=True)
 
 
-def count_rows(folder: Location) -> int:
+def count_rows(folder: Place) -> int:
     """The rows of the Parquet files at or under `folder` (from their footers)."""
     return _parquet(folder).count_rows()
 
 
-def usable_rows(folder: Location) -> int:
+def usable_rows(folder: Place) -> int:
     """How many of a finished stage's rows the next stage reads (those without a reason)."""
     import pyarrow.dataset as pads
 
     return _parquet(folder).count_rows(filter=pads.field("reason").is_null())
 
 
-def write_quarantine(stages: Sequence[Location], target: Location) -> dict[str, int]:
+def write_quarantine(stages: Sequence[Place], target: Place) -> dict[str, int]:
     """The stages' rows with a reason, as one QUARANTINE file in `target` (replaced); returns {reason: count}."""
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq

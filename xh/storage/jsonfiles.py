@@ -5,7 +5,7 @@
     if not is_utf8_text(record): ...                             # a string Arrow would refuse (not UTF-8)
     for number, record, error in json_lines(text): ...           # a bad line is yielded, not raised
 
-Each reader takes a path or URI (read with the environment's S3 settings) or an `xh.store.Location`
+Each reader takes a path or URI (read with the environment's S3 settings) or an `xh.storage.store.Location`
 (read with its store's). A file that is missing, unreadable, not UTF-8 or not valid JSON raises `InputFileError` (a
 `ValueError`) whose message is one line naming the file; a missing file's error is also a
 `FileNotFoundError`, so drivers report it like any other missing input. Importing this module loads
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from xh.store import Location
+    from xh.storage.store import Location
 
 
 class InputFileError(ValueError):
@@ -67,7 +67,7 @@ def read_text(file: str | Location) -> str:
 
 def read_bytes(file: str | Location) -> bytes:
     """A file's raw bytes (nothing decompressed)."""
-    from xh.store import located  # pyarrow only when a file is read
+    from xh.storage.store import located  # pyarrow only when a file is read
 
     try:
         return located(file).read_bytes()

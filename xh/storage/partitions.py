@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from xh.config import ConfigError
-from xh.store import Location
-from xh.tables import empty_folder, s3_client
+from xh.storage.store import Location
+from xh.storage.tables import empty_folder, s3_client
 
 MANIFEST = "_manifest.json"
 INPUTS = "_inputs-"  # + token + ".json": the input files one run scored into the partition

@@ -6,7 +6,7 @@ file it reaches is a `Location` of it.
     graphs.require_complete("graphs")            # the marker, or a one-line error
     rows = graphs.read_dataset()                 # a Ray Dataset of its Parquet files
 
-Built on `xh.storage` (URIs, S3 settings, streams) and `xh.tables` (the table protocol: a
+Built on `xh.storage.uris` (URIs, S3 settings, streams) and `xh.storage.tables` (the table protocol: a
 `_complete.json` marker, staged writes swapped into place); neither imports this module.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from xh import tables
-from xh.storage import (
+from xh.storage import tables
+from xh.storage.uris import (
     S3Settings,
     download_folder,
     is_s3,
@@ -69,7 +69,7 @@ class Store:
 class Location:
     """A URI and the store that reaches it: a table folder, a model folder or a file.
 
-    The table protocol (a `_complete.json` marker, staged writes swapped into place) is `xh.tables`;
+    The table protocol (a `_complete.json` marker, staged writes swapped into place) is `xh.storage.tables`;
     these methods are its front door."""
 
     uri: str
@@ -128,7 +128,7 @@ class Location:
         fs, path = self.fs_path()
         return ray.data.read_parquet(path, filesystem=fs, **read_args)
 
-    # the table protocol (xh.tables)
+    # the table protocol (xh.storage.tables)
 
     def marker(self) -> dict | None:
         return tables.read_marker(self)
@@ -137,11 +137,11 @@ class Location:
         return tables.require_complete(self, what=what, hint=hint, kind=kind)
 
     def staged(self, *, kind: str, stage: str | None = None, inputs: object = None):
-        """Build a table here in a staging sibling, published whole (see `xh.tables.staged`)."""
+        """Build a table here in a staging sibling, published whole (see `xh.storage.tables.staged`)."""
         return tables.staged(self, kind=kind, stage=stage, inputs=inputs)
 
     def check_replaceable(self, kind: str | None = None) -> None:
-        """`ForeignFolderError` unless a table of `kind` may be written here (see `xh.tables.check_replaceable`)."""
+        """`ForeignFolderError` unless a table of `kind` may be written here (see `xh.storage.tables.check_replaceable`)."""
         tables.check_replaceable(self, kind)
 
 

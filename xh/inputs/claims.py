@@ -32,9 +32,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from xh.jsonfiles import is_utf8_text
 from xh.schemas import RAW_LIMIT
-from xh.store import Location, located
+from xh.storage.jsonfiles import is_utf8_text
+from xh.storage.store import Location, located
 from xh.wiki.streams import Truncated, decompressed, lines
 
 __all__ = [

@@ -11,7 +11,7 @@ import pytest
 from xh.config import load_config
 from xh.model.qtype import QuestionTypeClassifier
 from xh.stages import qtype
-from xh.store import Store
+from xh.storage.store import Store
 from xh.train.split import in_dev_split
 
 BRIDGE = ["What city was the director of {} born in?", "Which label released the debut album of {}?"]

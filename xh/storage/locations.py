@@ -9,7 +9,7 @@ One function per location, each a URI string; a stage turns it into a `Location`
 from __future__ import annotations
 
 from xh.config import XHConfig
-from xh.storage import join
+from xh.storage.uris import join
 
 
 def _root(cfg: XHConfig, *parts: str) -> str:
