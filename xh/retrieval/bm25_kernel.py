@@ -74,6 +74,8 @@ def _push(hs, hd, n, score, doc):
 @njit(cache=True, nogil=True)
 def _seek(indices, lo, hi, doc):
     """First position in indices[lo:hi] (ascending) holding doc or more: galloping, then bisection."""
+    if lo >= hi or indices[lo] >= doc:  # the common case of a cursor moving forward a little
+        return lo
     step = 1
     while lo + step < hi and indices[lo + step] < doc:
         lo += step
@@ -89,11 +91,12 @@ def _seek(indices, lo, hi, doc):
 
 
 @njit(cache=True, nogil=True)
-def _score(indices, weights, terms_lo, stop, counts, doc):
-    """A document's exact score: its terms' weights added in the query's term order (a search per list)."""
+def _score(indices, weights, lo, stop, counts, doc):
+    """A document's exact score: its terms' weights added in the query's term order (a search per list
+    from the window's start)."""
     score = 0.0
     for j in range(len(counts)):
-        p = _seek(indices, terms_lo[j], stop[j], doc)
+        p = _seek(indices, lo[j], stop[j], doc)
         if p < stop[j] and indices[p] == doc:
             score += counts[j] * weights[p]
     return score
@@ -115,6 +118,27 @@ def _may_enter(indices, weights, counts, order, prefix, lo, stop, essential, par
 
 
 @njit(cache=True, nogil=True)
+def _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc, touched):
+    """Add the window's postings of the essential lists into `acc` in the query's term order (the lists
+    not walked only move their cursor to the window: `lo`); returns how many documents were touched,
+    listed in `touched`."""
+    end, found = start + WINDOW, 0
+    for j in range(len(counts)):
+        if not essential_flag[j]:
+            cur[j] = lo[j] = _seek(indices, cur[j], stop[j], start)
+            continue
+        lo[j] = p = cur[j]
+        while p < stop[j] and indices[p] < end:
+            d = indices[p] - start
+            touched[found] = d
+            found += acc[d] == 0.0  # weights are positive: a first visit (counted without a branch)
+            acc[d] += counts[j] * weights[p]
+            p += 1
+        cur[j] = p
+    return found
+
+
+@njit(cache=True, nogil=True)
 def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, out_scores, work, acc, touched):
     """The top k of one query (its distinct term rows in adding order, their counts) into out_*;
     returns how many. `work` holds scratch arrays sized for the batch's longest query, `acc` and
@@ -125,7 +149,7 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
         cur[j], stop[j] = indptr[terms[j]], indptr[terms[j] + 1]
         bound[j] = counts[j] * term_max[terms[j]]
         essential_flag[j] = True
-    order[:m] = np.argsort(bound[:m])  # ascending bound: the non-essential terms are a prefix
+    _order_by(bound, order, m)  # ascending bound: the non-essential terms are a prefix
     total = 0.0
     for r in range(m):
         total += bound[order[r]]
@@ -139,21 +163,8 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
                 start = indices[cur[j]]
         if start == NO_DOC:
             break
-        end, scattered_all, found = start + WINDOW, essential == 0, 0
-        for j in range(m):  # in the query's order, so that a window of every term adds as the numpy path
-            if not essential_flag[j]:
-                cur[j] = _seek(indices, cur[j], stop[j], start)
-                lo[j] = cur[j]
-                continue
-            lo[j] = p = cur[j]
-            while p < stop[j] and indices[p] < end:
-                d = indices[p] - start
-                if acc[d] == 0.0:  # weights are positive: a first visit
-                    touched[found] = d
-                    found += 1
-                acc[d] += counts[j] * weights[p]
-                p += 1
-            cur[j] = p
+        scattered_all = essential == 0  # then `acc` holds exact scores
+        found = _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc, touched)
         for i in range(found):
             d = touched[i]
             score, doc = acc[d], start + d
@@ -172,10 +183,7 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
             else:
                 continue
             if n == k:
-                theta = hs[0]
-                while essential < m and prefix[essential] < theta:
-                    essential_flag[order[essential]] = False
-                    essential += 1
+                theta, essential = _raise(hs[0], prefix, order, essential_flag, essential, m)
     for last in range(n - 1, 0, -1):  # heap -> best first: pop the worst to the end, repeatedly
         hs[0], hs[last] = hs[last], hs[0]
         hd[0], hd[last] = hd[last], hd[0]
@@ -184,36 +192,80 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
 
 
 @njit(cache=True, nogil=True)
-def top_k_batch(indptr, indices, weights, term_max, query_ptr, terms, counts, k, out_docs, out_scores, out_n):
-    """Query q's terms are terms[query_ptr[q]:query_ptr[q + 1]] (distinct rows, in the order their
-    weights are added), with counts; its top k goes to out_docs[q], out_scores[q] (best first), and
-    how many to out_n[q]. Releases the GIL: threads may run parts of a batch at once."""
-    longest = 0
-    for q in range(len(query_ptr) - 1):
-        longest = max(longest, query_ptr[q + 1] - query_ptr[q])
+def _raise(theta, prefix, order, essential_flag, essential, m):
+    """A new threshold (a score k documents reach) and the lists it makes non-essential: those whose
+    bounds together cannot reach it. Returns (threshold, number of non-essential lists)."""
+    while essential < m and prefix[essential] < theta:
+        essential_flag[order[essential]] = False
+        essential += 1
+    return theta, essential
+
+
+@njit(cache=True, nogil=True)
+def _order_by(values, order, m):
+    """order[:m] = the indices of values[:m] by ascending value (insertion sort: m is a query's terms)."""
+    for i in range(m):
+        j = i
+        while j > 0 and values[order[j - 1]] > values[i]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+
+
+@njit(cache=True, nogil=True)
+def _query_terms(token_rows, slot, keys, terms, counts):
+    """A query's distinct known term rows in the order every path adds their weights (the terms that
+    are not frequent, then the frequent ones, each by row) into `terms`, each one's number of tokens
+    into `counts`; returns how many. Rows below 0 are tokens the shard does not know."""
+    num_terms, n = len(slot), 0
+    for t in token_rows:
+        if t >= 0:
+            keys[n] = t + num_terms if slot[t] >= 0 else t
+            n += 1
+    keys[:n].sort()
+    m = 0
+    for i in range(n):
+        if m and keys[i] == keys[i - 1]:
+            counts[m - 1] += 1.0
+            continue
+        terms[m], counts[m] = keys[i] % num_terms, 1.0
+        m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def search_batch(
+    indptr, indices, weights, term_max, slot, token_ptr, token_rows, k, long_query, out_docs, out_scores, out_n
+):
+    """Query q's tokens are token_rows[token_ptr[q]:token_ptr[q + 1]] (term rows, below 0 where the shard
+    does not know the token; `slot[row]` is 0 or more where the term is frequent: its weights are added
+    after the others');
+    its top k goes to out_docs[q], out_scores[q] (best first), and how many to out_n[q], or -1 for a query
+    of more than `long_query` distinct terms (left to the caller). No Python runs per query; releases
+    the GIL: threads may run parts of a batch at once."""
+    longest = 1
+    for q in range(len(token_ptr) - 1):
+        longest = max(longest, token_ptr[q + 1] - token_ptr[q])
+    keys, terms, counts = np.empty(longest, np.int64), np.empty(longest, np.int64), np.empty(longest, np.float64)
+    most = min(longest, long_query)
     work = (
-        np.empty(longest, np.int64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.float64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.float64),
-        np.empty(longest, np.bool_),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.float64),
+        np.empty(most, np.int64),
+        np.empty(most, np.float64),
+        np.empty(most, np.bool_),
     )
     acc, touched = np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64)
-    for q in range(len(query_ptr) - 1):
-        a, b = query_ptr[q], query_ptr[q + 1]
-        out_n[q] = _one_query(
-            indptr,
-            indices,
-            weights,
-            term_max,
-            terms[a:b],
-            counts[a:b],
-            k,
-            out_docs[q],
-            out_scores[q],
-            work,
-            acc,
-            touched,
-        )
+    for q in range(len(token_ptr) - 1):
+        m = _query_terms(token_rows[token_ptr[q] : token_ptr[q + 1]], slot, keys, terms, counts)
+        if m > long_query:
+            out_n[q] = -1
+        elif m == 0:
+            out_n[q] = 0
+        else:
+            out_n[q] = _one_query(
+                indptr, indices, weights, term_max, terms[:m], counts[:m], k, out_docs[q], out_scores[q],
+                work, acc, touched,
+            )  # fmt: skip

@@ -113,3 +113,25 @@ def test_compiled_path_on_real_paragraphs(shared_data, k):
     frequent = shard.frequent_terms
     queries += [frequent[:1], frequent[:6], ["film", "film", "romanian"]]
     assert_same(search(shard, queries, k, compiled=True), search(shard, queries, k, compiled=False))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_top_k_arrays_are_the_search_results(world, compiled):
+    """`top_k` (arrays, no object per query) holds `search`'s documents and floats, bad queries included."""
+    shard = world["shard"]
+    rng = np.random.default_rng(12)
+    queries = world["queries"][:30] + [[], ["qwxyzzy"], list(rng.choice(world["vocabulary"], size=10_000))]
+    saved = bm25.USE_KERNEL
+    bm25.USE_KERNEL = compiled
+    try:
+        arrays = shard.top_k(queries, 10, threads=2)
+    finally:
+        bm25.USE_KERNEL = saved
+    results = search(shard, queries, 10, compiled=compiled)
+    assert arrays.counts.tolist() == [len(r) for r in results]
+    for q, result in enumerate(results):
+        n = len(result)
+        assert arrays.positions[q, :n].tolist() == result.positions.tolist()
+        assert np.array_equal(arrays.scores[q, :n], result.scores)
+        assert (arrays.positions[q, n:] == -1).all()
+    assert arrays.counts[-1] == 10 and arrays.counts[-3:-1].tolist() == [0, 0]
