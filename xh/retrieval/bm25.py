@@ -55,6 +55,7 @@ Usage:
     shard = BM25Shard.build(doc_ids, tokens, stats, analyzer=analyzer)
     [hit] = shard.search_text(["Which college did the Romanian singer study at?"], k=100)
     hit.doc_ids, hit.scores, hit.reason                      # reason is None when there are hits
+    top = shard.top_k(tokens_of_questions, k=100)            # the same as arrays: positions, scores, counts
 
     shard.save("s3://bucket/xh/bm25/shard-00000")            # or a local folder
     shard = BM25Shard.load("s3://bucket/xh/bm25/shard-00000")

@@ -8,6 +8,7 @@ many equal scores, so the tie rule is exercised) and on the real HotpotQA sample
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -135,3 +136,23 @@ def test_top_k_arrays_are_the_search_results(world, compiled):
         assert np.array_equal(arrays.scores[q, :n], result.scores)
         assert (arrays.positions[q, n:] == -1).all()
     assert arrays.counts[-1] == 10 and arrays.counts[-3:-1].tolist() == [0, 0]
+
+
+def test_bad_queries_cost_the_batch_no_more_than_their_own_time(world):
+    """A batch with an empty query, one of 10,000 terms and one of absent terms takes the processor time of
+    the batch without them plus theirs alone (slack for noise: 2x and 0.05 s): the others are not slowed (a
+    10,000-term query walked list by list per document would take seconds). Processor time, the best of 3,
+    so that other work on the machine counts less."""
+    shard, queries = world["shard"], world["queries"][:100]
+    bad = [[], list(np.random.default_rng(13).choice(world["vocabulary"], size=10_000)), ["qwxyzzy", "zzyxwq"]]
+
+    def cpu(batch) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            shard.search(batch, 10, threads=1)
+            best = min(best, time.process_time() - start)
+        return best
+
+    cpu(queries + bad)  # warm-up (the compiler, the numpy path's dense rows)
+    assert cpu(queries[:50] + bad + queries[50:]) <= 2 * (cpu(queries) + cpu(bad)) + 0.05
