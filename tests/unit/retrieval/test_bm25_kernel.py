@@ -140,9 +140,8 @@ def test_top_k_arrays_are_the_search_results(world, compiled):
 
 def test_bad_queries_cost_the_batch_no_more_than_their_own_time(world):
     """A batch with an empty query, one of 10,000 terms and one of absent terms takes the processor time of
-    the batch without them plus theirs alone (slack for noise: 2x and 0.05 s): the others are not slowed (a
-    10,000-term query walked list by list per document would take seconds). Processor time, the best of 3,
-    so that other work on the machine counts less."""
+    the batch without them plus theirs alone (slack for noise: 2x and 0.05 s): they add their own cost, the
+    others are not slowed. Processor time, the best of 3, so that other work on the machine counts less."""
     shard, queries = world["shard"], world["queries"][:100]
     bad = [[], list(np.random.default_rng(13).choice(world["vocabulary"], size=10_000)), ["qwxyzzy", "zzyxwq"]]
 
