@@ -32,6 +32,9 @@ MARGIN = 1e-9
 NO_DOC = np.iinfo(np.int64).max
 # Documents scored together: one window's running sums stay in the processor's fast cache.
 WINDOW = 4096
+# A window's postings of the lists not walked are added up rather than searched per candidate when there
+# are at most this many per candidate (a search in a dense list costs some tens of additions).
+REST_POSTINGS = 16
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -144,7 +147,7 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
     returns how many. `work` holds scratch arrays sized for the batch's longest query, `acc` and
     `touched` a window's (zeros in `acc` between calls)."""
     m = len(terms)
-    cur, stop, lo, bound, order, prefix, essential_flag = work
+    cur, stop, lo, bound, order, prefix, essential_flag, hi, rest = work
     for j in range(m):
         cur[j], stop[j] = indptr[terms[j]], indptr[terms[j] + 1]
         bound[j] = counts[j] * term_max[terms[j]]
@@ -165,12 +168,18 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
             break
         scattered_all = essential == 0  # then `acc` holds exact scores
         found = _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc, touched)
+        added = not scattered_all and _add_rest(
+            indices, weights, counts, lo, hi, stop, essential_flag, start, rest, found
+        )
         for i in range(found):
             d = touched[i]
             score, doc = acc[d], start + d
             acc[d] = 0.0
             if not scattered_all:
-                if n == k and not _may_enter(
+                if n == k and added:
+                    if (score + rest[d]) * (1.0 + MARGIN) < theta:
+                        continue
+                elif n == k and not _may_enter(
                     indices, weights, counts, order, prefix, lo, stop, essential, score, doc, theta
                 ):
                     continue
@@ -184,11 +193,39 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
                 continue
             if n == k:
                 theta, essential = _raise(hs[0], prefix, order, essential_flag, essential, m)
+        if added:
+            _clear_rest(indices, lo, hi, start, rest, m)
     for last in range(n - 1, 0, -1):  # heap -> best first: pop the worst to the end, repeatedly
         hs[0], hs[last] = hs[last], hs[0]
         hd[0], hd[last] = hd[last], hd[0]
         _sift_down(hs, hd, last, 0)
     return n
+
+
+@njit(cache=True, nogil=True)
+def _add_rest(indices, weights, counts, lo, hi, stop, essential_flag, start, rest, found):
+    """Where the window's postings of the lists not walked are few beside its `found` candidates (a
+    posting added costs a small part of a search), add them into `rest` (another order than the score's:
+    a bound, not a score) and return True; else False, and the candidates search those lists."""
+    total = 0
+    for j in range(len(counts)):  # hi[j] > lo[j] only for the lists added (what `_clear_rest` clears)
+        hi[j] = _seek(indices, lo[j], stop[j], start + WINDOW) if not essential_flag[j] else lo[j]
+        total += hi[j] - lo[j]
+    if total > REST_POSTINGS * found:
+        return False
+    for j in range(len(counts)):
+        if not essential_flag[j]:
+            for p in range(lo[j], hi[j]):
+                rest[indices[p] - start] += counts[j] * weights[p]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _clear_rest(indices, lo, hi, start, rest, m):
+    """Zeros back in `rest` where `_add_rest` added (the lists not walked at the window's start)."""
+    for j in range(m):
+        for p in range(lo[j], hi[j]):
+            rest[indices[p] - start] = 0.0
 
 
 @njit(cache=True, nogil=True)
@@ -256,6 +293,8 @@ def search_batch(
         np.empty(most, np.int64),
         np.empty(most, np.float64),
         np.empty(most, np.bool_),
+        np.empty(most, np.int64),
+        np.zeros(WINDOW, np.float64),
     )
     acc, touched = np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64)
     for q in range(len(token_ptr) - 1):
