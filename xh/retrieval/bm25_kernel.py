@@ -10,7 +10,9 @@ The terms, sorted by their bound (largest weight x count), split in two: the fir
 together cannot beat the threshold, are "non-essential": a document found in none of the others cannot
 enter, so only the essential lists propose documents, and a proposed document looks the non-essential
 ones up (a forward search in their lists) only while its best possible score could still beat the
-threshold (MaxScore, Turtle and Flood 1995). Documents arrive in ascending order, so a document tying
+threshold (MaxScore, Turtle and Flood 1995). Where a window's postings of the non-essential lists are
+few beside its candidates (dense lists in a small shard), they are added up into a second array instead
+(`_add_rest`): a candidate's bound is then its two sums, with no search. Documents arrive in ascending order, so a document tying
 the threshold never enters (ties go to the earlier document): the order of `bm25._top_k`.
 
 Exactness: a document that passes is scored by adding its terms' weights in the query's term order (the
