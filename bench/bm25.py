@@ -253,9 +253,34 @@ def measure_size(args, target: int) -> dict:
     project.USE_KERNEL = False  # the numpy path: what runs where numba is not installed
     fallback_seconds, _, fallback = best_of(1, lambda: shard.search(queries, k))
     project.USE_KERNEL = True
+    ours = timed["project_out"]
+    checks = same_results(shard, timed, fallback)
+    if target <= args.rank_bm25_max_docs:
+        some = args.rank_bm25_queries
+        checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
+    return {
+        "docs": len(doc_ids),
+        "queries": len(queries),
+        "postings": int(shard.weights.nnz),
+        **{name: spread(values, 1) for name, values in timed.items() if not name.endswith("_out")},
+        **ratios(timed, cpu),
+        "bm25s_numpy": round(len(numpy_queries) / numpy_seconds, 1),
+        "project_numpy_path": round(len(queries) / fallback_seconds, 1),
+        "build_seconds": round(build_seconds, 2),
+        "build_peak_mib": build_memory.mib,
+        "bm25s_build_seconds": round(peer_build_seconds, 2),
+        "bm25s_build_peak_mib": peer_memory.mib,
+        "analyze_seconds": round(analyze_seconds, 1),
+        "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
+        "checks": checks,
+    }
+
+
+def same_results(shard, timed: dict, fallback) -> dict:
+    """The exactness checks of one size (see the module docstring's `checks`)."""
     ours, numba_hits, arrays = timed["project_out"], timed["bm25s_numba_out"], timed["project_arrays_out"]
     scale = shard.params.k1 + 1
-    checks = {
+    return {
         "numpy_path_identical": all(
             a.doc_ids == b.doc_ids and np.array_equal(a.scores, b.scores) for a, b in zip(ours, fallback)
         ),
@@ -274,36 +299,22 @@ def measure_size(args, target: int) -> dict:
         ),
         "bm25s_compared": sum(1 for r in ours if len(r)),
     }
-    if target <= args.rank_bm25_max_docs:
-        some = args.rank_bm25_queries
-        checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
+
+
+def ratios(timed: dict, cpu: dict) -> dict:
+    """The project's rates over bm25s numba's, run by run (then min and median): wall and processor time."""
+
+    def ratio(ours: list[float], theirs: list[float]) -> dict:
+        return spread([a / b for a, b in zip(ours, theirs)], 2)
+
     return {
-        "docs": len(doc_ids),
-        "queries": len(queries),
-        "postings": int(shard.weights.nnz),
-        **{name: spread(values, 1) for name, values in timed.items() if not name.endswith("_out")},
-        "ratio_vs_bm25s_numba": spread([a / b for a, b in zip(timed["project"], timed["bm25s_numba"])], 2),
-        "ratio_vs_bm25s_numba_2t": spread([a / b for a, b in zip(timed["project_2t"], timed["bm25s_numba_2t"])], 2),
-        "arrays_ratio_vs_bm25s_numba": spread(
-            [a / b for a, b in zip(timed["project_arrays"], timed["bm25s_numba"])], 2
-        ),
-        "arrays_ratio_vs_bm25s_numba_2t": spread(
-            [a / b for a, b in zip(timed["project_arrays_2t"], timed["bm25s_numba_2t"])], 2
-        ),
+        "ratio_vs_bm25s_numba": ratio(timed["project"], timed["bm25s_numba"]),
+        "ratio_vs_bm25s_numba_2t": ratio(timed["project_2t"], timed["bm25s_numba_2t"]),
+        "arrays_ratio_vs_bm25s_numba": ratio(timed["project_arrays"], timed["bm25s_numba"]),
+        "arrays_ratio_vs_bm25s_numba_2t": ratio(timed["project_arrays_2t"], timed["bm25s_numba_2t"]),
         "cpu_qps": {name: spread(values, 1) for name, values in cpu.items()},
-        "cpu_ratio_vs_bm25s_numba": spread([a / b for a, b in zip(cpu["project"], cpu["bm25s_numba"])], 2),
-        "cpu_arrays_ratio_vs_bm25s_numba": spread(
-            [a / b for a, b in zip(cpu["project_arrays"], cpu["bm25s_numba"])], 2
-        ),
-        "bm25s_numpy": round(len(numpy_queries) / numpy_seconds, 1),
-        "project_numpy_path": round(len(queries) / fallback_seconds, 1),
-        "build_seconds": round(build_seconds, 2),
-        "build_peak_mib": build_memory.mib,
-        "bm25s_build_seconds": round(peer_build_seconds, 2),
-        "bm25s_build_peak_mib": peer_memory.mib,
-        "analyze_seconds": round(analyze_seconds, 1),
-        "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
-        "checks": checks,
+        "cpu_ratio_vs_bm25s_numba": ratio(cpu["project"], cpu["bm25s_numba"]),
+        "cpu_arrays_ratio_vs_bm25s_numba": ratio(cpu["project_arrays"], cpu["bm25s_numba"]),
     }
 
 
