@@ -10,16 +10,23 @@ file's questions. Every system gets the same token lists from `xh.retrieval.anal
 size (after a first line of versions and the load average):
 
     project, project_2t            queries/s of `BM25Shard.search` (top k, one batched call), 1 and 2 threads
-                                   (the compiled scorer where numba is installed)
+                                   (the compiled scorer where numba is installed): a result object per query
+    project_arrays(_2t)            queries/s of `BM25Shard.top_k`: the same top k as arrays, as bm25s returns
+                                   them (no Python object per query)
     bm25s_numba, bm25s_numba_2t    `bm25s.BM25.retrieve` with its numba backend, 1 and 2 threads (n_threads)
-    ratio_vs_bm25s_numba(_2t)      project / bm25s numba in the same run (per run, then min and median)
+    ratio_vs_bm25s_numba(_2t)      project / bm25s numba in the same run (per run, then min and median);
+                                   arrays_ratio_vs_bm25s_numba(_2t): project_arrays / bm25s numba
+    cpu_qps, cpu_(arrays_)ratio_vs_bm25s_numba
+                                   the one-thread rates and ratios over this process's processor time instead
+                                   of wall time (on a loaded machine, waiting for a core moves wall time most)
     bm25s_numpy                    bm25s's default numpy backend, on the first `--bm25s-numpy-queries`
     project_numpy_path             the project without the compiled scorer (its numpy path)
     build_seconds, build_peak_mib  `CorpusStats` + `BM25Shard.build` from token lists, and the peak resident
                                    memory above the level before it (sampled every 5 ms); bm25s_build_*: its
                                    `index` on the same tokens
     memory_bytes_per_doc           the searchable shard's arrays in memory
-    checks                         numpy_path_identical, threads_identical: the same documents and floats;
+    checks                         numpy_path_identical, threads_identical, arrays_identical: the same
+                                   documents and floats;
                                    bm25s_same_top10: queries whose top k scores are bm25s's times (k1 + 1)
                                    (bm25s leaves that constant out; it sums float32, so within 1e-5
                                    relative), of bm25s_compared; rank_bm25 (up to `--rank-bm25-max-docs`,
@@ -124,13 +131,13 @@ def world_tokens(hotpot: Path, target: int, worlds: Path | None, chunk: int = 10
 
 
 def best_of(repeat: int, fn):
-    """(smallest wall time, last result) over `repeat` runs."""
-    best, result = float("inf"), None
+    """(smallest wall time, smallest processor time of this process, last result) over `repeat` runs."""
+    best, best_cpu, result = float("inf"), float("inf"), None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        best, best_cpu = min(best, time.perf_counter() - start), min(best_cpu, time.process_time() - start_cpu)
+    return best, best_cpu, result
 
 
 def agrees(positions: np.ndarray, scores: np.ndarray, reference: np.ndarray, k: int) -> bool:
@@ -223,29 +230,65 @@ def measure_size(args, target: int) -> dict:
 
     for threads in (1, 2):  # warm-ups: the JIT compiles (both backends' numba functions) here
         shard.search(queries[:50], k, threads=threads)
+        shard.top_k(queries[:50], k, threads=threads)
         peer_run("numba", threads, peer_queries[:50])
     numpy_queries = peer_queries[: args.bm25s_numpy_queries]
-    timed = {}
+    timed, cpu = {}, {}
     for run in range(args.runs):
         for name, fn in {
             "project": lambda: shard.search(queries, k),
+            "project_arrays": lambda: shard.top_k(queries, k),
             "bm25s_numba": lambda: peer_run("numba", 1),
             "project_2t": lambda: shard.search(queries, k, threads=2),
+            "project_arrays_2t": lambda: shard.top_k(queries, k, threads=2),
             "bm25s_numba_2t": lambda: peer_run("numba", 2),
         }.items():
-            seconds, out = best_of(args.repeat, fn)
+            seconds, cpu_seconds, out = best_of(args.repeat, fn)
             timed.setdefault(name, []).append(len(queries) / seconds)
+            if not name.endswith("_2t"):  # one thread: its processor time is a rate that other work moves less
+                cpu.setdefault(name, []).append(len(queries) / cpu_seconds)
             if run == 0:
                 timed[name + "_out"] = out
-    numpy_seconds, _ = best_of(1, lambda: peer_run("numpy", 0, numpy_queries))
+    numpy_seconds, _, _ = best_of(1, lambda: peer_run("numpy", 0, numpy_queries))
     project.USE_KERNEL = False  # the numpy path: what runs where numba is not installed
-    fallback_seconds, fallback = best_of(1, lambda: shard.search(queries, k))
+    fallback_seconds, _, fallback = best_of(1, lambda: shard.search(queries, k))
     project.USE_KERNEL = True
-    ours, numba_hits = timed["project_out"], timed["bm25s_numba_out"]
+    ours = timed["project_out"]
+    checks = same_results(shard, timed, fallback)
+    if target <= args.rank_bm25_max_docs:
+        some = args.rank_bm25_queries
+        checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
+    return {
+        "docs": len(doc_ids),
+        "queries": len(queries),
+        "postings": int(shard.weights.nnz),
+        **{name: spread(values, 1) for name, values in timed.items() if not name.endswith("_out")},
+        **ratios(timed, cpu),
+        "bm25s_numpy": round(len(numpy_queries) / numpy_seconds, 1),
+        "project_numpy_path": round(len(queries) / fallback_seconds, 1),
+        "build_seconds": round(build_seconds, 2),
+        "build_peak_mib": build_memory.mib,
+        "bm25s_build_seconds": round(peer_build_seconds, 2),
+        "bm25s_build_peak_mib": peer_memory.mib,
+        "analyze_seconds": round(analyze_seconds, 1),
+        "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
+        "checks": checks,
+    }
+
+
+def same_results(shard, timed: dict, fallback) -> dict:
+    """The exactness checks of one size (see the module docstring's `checks`)."""
+    ours, numba_hits, arrays = timed["project_out"], timed["bm25s_numba_out"], timed["project_arrays_out"]
     scale = shard.params.k1 + 1
-    checks = {
+    return {
         "numpy_path_identical": all(
             a.doc_ids == b.doc_ids and np.array_equal(a.scores, b.scores) for a, b in zip(ours, fallback)
+        ),
+        "arrays_identical": all(
+            arrays.positions[q, : len(r)].tolist() == r.positions.tolist()
+            and np.array_equal(arrays.scores[q, : len(r)], r.scores)
+            and arrays.counts[q] == len(r)
+            for q, r in enumerate(ours)
         ),
         "threads_identical": all(
             a.doc_ids == b.doc_ids and np.array_equal(a.scores, b.scores) for a, b in zip(ours, timed["project_2t_out"])
@@ -256,25 +299,22 @@ def measure_size(args, target: int) -> dict:
         ),
         "bm25s_compared": sum(1 for r in ours if len(r)),
     }
-    if target <= args.rank_bm25_max_docs:
-        some = args.rank_bm25_queries
-        checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
+
+
+def ratios(timed: dict, cpu: dict) -> dict:
+    """The project's rates over bm25s numba's, run by run (then min and median): wall and processor time."""
+
+    def ratio(ours: list[float], theirs: list[float]) -> dict:
+        return spread([a / b for a, b in zip(ours, theirs)], 2)
+
     return {
-        "docs": len(doc_ids),
-        "queries": len(queries),
-        "postings": int(shard.weights.nnz),
-        **{name: spread(values, 1) for name, values in timed.items() if not name.endswith("_out")},
-        "ratio_vs_bm25s_numba": spread([a / b for a, b in zip(timed["project"], timed["bm25s_numba"])], 2),
-        "ratio_vs_bm25s_numba_2t": spread([a / b for a, b in zip(timed["project_2t"], timed["bm25s_numba_2t"])], 2),
-        "bm25s_numpy": round(len(numpy_queries) / numpy_seconds, 1),
-        "project_numpy_path": round(len(queries) / fallback_seconds, 1),
-        "build_seconds": round(build_seconds, 2),
-        "build_peak_mib": build_memory.mib,
-        "bm25s_build_seconds": round(peer_build_seconds, 2),
-        "bm25s_build_peak_mib": peer_memory.mib,
-        "analyze_seconds": round(analyze_seconds, 1),
-        "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
-        "checks": checks,
+        "ratio_vs_bm25s_numba": ratio(timed["project"], timed["bm25s_numba"]),
+        "ratio_vs_bm25s_numba_2t": ratio(timed["project_2t"], timed["bm25s_numba_2t"]),
+        "arrays_ratio_vs_bm25s_numba": ratio(timed["project_arrays"], timed["bm25s_numba"]),
+        "arrays_ratio_vs_bm25s_numba_2t": ratio(timed["project_arrays_2t"], timed["bm25s_numba_2t"]),
+        "cpu_qps": {name: spread(values, 1) for name, values in cpu.items()},
+        "cpu_ratio_vs_bm25s_numba": ratio(cpu["project"], cpu["bm25s_numba"]),
+        "cpu_arrays_ratio_vs_bm25s_numba": ratio(cpu["project_arrays"], cpu["bm25s_numba"]),
     }
 
 

@@ -55,6 +55,7 @@ Usage:
     shard = BM25Shard.build(doc_ids, tokens, stats, analyzer=analyzer)
     [hit] = shard.search_text(["Which college did the Romanian singer study at?"], k=100)
     hit.doc_ids, hit.scores, hit.reason                      # reason is None when there are hits
+    top = shard.top_k(tokens_of_questions, k=100)            # the same as arrays: positions, scores, counts
 
     shard.save("s3://bucket/xh/bm25/shard-00000")            # or a local folder
     shard = BM25Shard.load("s3://bucket/xh/bm25/shard-00000")
@@ -96,6 +97,7 @@ __all__ = [
     "CorpusStats",
     "BM25Shard",
     "SearchResult",
+    "TopK",
     "merge_topk",
     "search_shards",
     "ShardFileError",
@@ -137,6 +139,8 @@ FREQUENT_BLOCK = 1 << 16
 # LONG_QUERY take the numpy path (the compiled one looks at each of a query's lists per document).
 USE_KERNEL = True
 LONG_QUERY = 256
+# Queries per call of the compiled scorer: its output arrays (16 bytes per query and rank) stay bounded.
+COMPILED_BATCH = 4096
 _KERNEL = None  # the compiled scorer once imported; False where numba is missing
 
 
@@ -167,6 +171,16 @@ class SearchResult:
 
     def __len__(self) -> int:
         return len(self.doc_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class TopK:
+    """The top k of a batch of queries as arrays (`BM25Shard.top_k`): query q's first `counts[q]` entries,
+    best first; the others hold position -1 and score 0."""
+
+    positions: np.ndarray  # int64, queries x k: the documents' indices in corpus order
+    scores: np.ndarray  # float64, queries x k
+    counts: np.ndarray  # int64, per query
 
 
 def _empty(reason: str | None) -> SearchResult:
@@ -295,17 +309,17 @@ def term_max(weights: sp.csr_array) -> np.ndarray:
 
 
 def compiled_kernel():
-    """The compiled top-k scorer (`xh.retrieval.bm25_kernel.top_k_batch`), or None where numba is not
+    """The compiled top-k scorer (`xh.retrieval.bm25_kernel.search_batch`), or None where numba is not
     installed or `USE_KERNEL` is off; imported on first use (numba takes a second to import)."""
     global _KERNEL
     if not USE_KERNEL:
         return None
     if _KERNEL is None:
         try:
-            from xh.retrieval.bm25_kernel import top_k_batch
+            from xh.retrieval.bm25_kernel import search_batch
         except ImportError:
-            top_k_batch = False
-        _KERNEL = top_k_batch
+            search_batch = False
+        _KERNEL = search_batch
     return _KERNEL or None
 
 
@@ -533,10 +547,30 @@ class BM25Shard:
             raise ValueError(f"k must be at least 1, got {k}")
         kernel = None if self._has_nonpositive else compiled_kernel()
         results: list[SearchResult] = []
-        for start in range(0, len(queries), batch_size):
-            batch = queries[start : start + batch_size]
+        step = batch_size if kernel is None else max(batch_size, COMPILED_BATCH)
+        for start in range(0, len(queries), step):
+            batch = queries[start : start + step]
             results.extend(self._search_numpy(batch, k) if kernel is None else self._search_compiled(batch, k, threads))
         return results
+
+    def top_k(self, queries: Sequence[Sequence[str]], k: int = 100, *, threads: int = 1) -> TopK:
+        """`search`'s documents and scores as arrays, without a Python object per query (the compiled
+        scorer writes them in place; doc ids: `doc_ids_at(positions - doc_start)`). An empty result has
+        count 0; its reason is not kept."""
+        if k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        if self._has_nonpositive or compiled_kernel() is None:
+            docs, scores = np.zeros((len(queries), k), np.int64), np.zeros((len(queries), k))
+            counts, missing = np.zeros(len(queries), np.int64), range(len(queries))
+        else:
+            docs, scores, counts = self._top_k_compiled(queries, k, threads)
+            missing = np.flatnonzero(counts < 0).tolist()  # long queries: the numpy path
+        if len(missing):
+            for q, result in zip(missing, self.search([queries[q] for q in missing], k)):
+                counts[q] = len(result)
+                docs[q, : len(result)], scores[q, : len(result)] = result.positions - self.doc_start, result.scores
+        held = np.arange(k) < counts[:, None]
+        return TopK(np.where(held, docs + np.int64(self.doc_start), -1), scores, counts)
 
     def _search_numpy(self, batch: Sequence[Sequence[str]], k: int) -> list[SearchResult]:
         if len(batch) < SMALL_BATCH:
@@ -544,62 +578,50 @@ class BM25Shard:
             return [_empty(m) if isinstance(m, str) else self._top(*m, k) for m in matches]
         return [result for part in self._product_parts(batch) for result in self._search_batch(part, k)]
 
-    def _kernel_terms(self, queries: Sequence[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The queries as the compiled scorer reads them: (query_ptr, term rows, counts), each query's
-        distinct known terms in the order every path adds their weights (other terms, then frequent ones,
-        each by row); and each query's number of distinct known terms."""
-        rows, n = self.term_rows, len(queries)
-        columns = np.array([rows.get(t, -1) for tokens in queries for t in tokens], dtype=np.int64)
-        query_of = np.repeat(np.arange(n, dtype=np.int64), [len(tokens) for tokens in queries])
-        known = columns >= 0
-        columns, query_of = columns[known], query_of[known]
-        num_terms = max(len(self.terms), 1)
-        key = (query_of * 2 + (self._slot[columns] >= 0)) * num_terms + columns
-        distinct, counts = np.unique(key, return_counts=True)
-        query, terms = distinct // (2 * num_terms), distinct % num_terms
-        per_query = np.bincount(query, minlength=n)
-        query_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(per_query, out=query_ptr[1:])
-        return query_ptr, terms, counts.astype(np.float64), per_query
-
     def _search_compiled(self, queries: Sequence[Sequence[str]], k: int, threads: int) -> list[SearchResult]:
         """`search` of one batch with the compiled scorer; the threads share the batch's queries."""
-        query_ptr, terms, counts, per_query = self._kernel_terms(queries)
+        out_docs, out_scores, out_n = self._top_k_compiled(queries, k, threads)
+        held = np.arange(k) < out_n[:, None]
+        rows = out_docs[held]
+        scores, ids, positions = out_scores[held], self.doc_ids_at(rows), rows + np.int64(self.doc_start)
+        ends = np.cumsum(np.maximum(out_n, 0)).tolist()
+        results = [
+            SearchResult(ids[a:b], scores[a:b], positions[a:b])
+            if a < b
+            else _empty(UNKNOWN_TERMS if len(q) else NO_TERMS)
+            for a, b, q in zip([0, *ends[:-1]], ends, queries)
+        ]
+        long = np.flatnonzero(out_n < 0).tolist()
+        for q, result in zip(long, self._search_numpy([queries[q] for q in long], k)):
+            results[q] = result  # left to the numpy path: the compiled one proposes documents term by term
+        return results
+
+    def _top_k_compiled(self, queries: Sequence[Sequence[str]], k: int, threads: int):
+        """The compiled scorer's (docs, scores, counts) of a batch: rows (k per query, best first), their
+        scores, and how many each query has (-1 for a query of more than `LONG_QUERY` distinct terms).
+        Python's part is one pass over the tokens (the term lookup); the threads share the queries."""
+        token_ptr = np.zeros(len(queries) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, queries), np.int64, len(queries)), out=token_ptr[1:])
+        tokens = itertools.chain.from_iterable(queries)
+        token_rows = np.fromiter(map(self.term_rows.get, tokens, itertools.repeat(-1)), np.int64, int(token_ptr[-1]))
         n = len(queries)
-        long = np.flatnonzero(per_query > LONG_QUERY)
-        if len(long):  # left to the numpy path: the compiled one proposes documents term by term
-            per_query = per_query.copy()
-            per_query[long] = 0
-            keep = np.repeat(per_query > 0, np.diff(query_ptr))
-            terms, counts = terms[keep], counts[keep]
-            np.cumsum(per_query, out=query_ptr[1:])
         out_docs, out_scores = np.zeros((n, k), np.int64), np.zeros((n, k), np.float64)
         out_n = np.zeros(n, np.int64)
         w, kernel = self.weights, compiled_kernel()
 
         def run(a: int, b: int) -> None:
-            kernel(w.indptr, w.indices, w.data, self._term_max, query_ptr[a : b + 1], terms, counts, k,
-                   out_docs[a:b], out_scores[a:b], out_n[a:b])  # fmt: skip
+            kernel(w.indptr, w.indices, w.data, self._term_max, self._slot, token_ptr[a : b + 1], token_rows, k,
+                   LONG_QUERY, out_docs[a:b], out_scores[a:b], out_n[a:b])  # fmt: skip
 
-        cuts = np.linspace(0, n, max(1, min(threads, n)) + 1).astype(int).tolist()
+        # the threads' parts hold about as many tokens each (a long query is slower, not the others)
+        cuts = np.searchsorted(token_ptr, np.linspace(0, token_ptr[-1], max(1, min(threads, n)) + 1)[1:-1])
+        cuts = [0, *cuts.tolist(), n]
         if len(cuts) > 2:
             with ThreadPoolExecutor(len(cuts) - 1) as pool:
                 list(pool.map(run, cuts[:-1], cuts[1:]))
         else:
             run(0, n)
-        held = np.arange(k) < out_n[:, None]
-        rows, scores = out_docs[held], out_scores[held]
-        ids, positions = self.doc_ids_at(rows), rows + np.int64(self.doc_start)
-        ends = np.cumsum(out_n).tolist()
-        results = []
-        for q, (a, b) in enumerate(zip([0, *ends[:-1]], ends)):
-            if a < b:
-                results.append(SearchResult(ids[a:b], scores[a:b], positions[a:b]))
-            else:
-                results.append(_empty(UNKNOWN_TERMS if len(queries[q]) else NO_TERMS))
-        for q, result in zip(long.tolist(), self._search_numpy([queries[q] for q in long.tolist()], k)):
-            results[q] = result
-        return results
+        return out_docs, out_scores, out_n
 
     def _product_parts(self, queries: Sequence[Sequence[str]]) -> list[Sequence[Sequence[str]]]:
         """`queries` cut into consecutive parts whose terms that are not frequent have at most

@@ -10,7 +10,9 @@ The terms, sorted by their bound (largest weight x count), split in two: the fir
 together cannot beat the threshold, are "non-essential": a document found in none of the others cannot
 enter, so only the essential lists propose documents, and a proposed document looks the non-essential
 ones up (a forward search in their lists) only while its best possible score could still beat the
-threshold (MaxScore, Turtle and Flood 1995). Documents arrive in ascending order, so a document tying
+threshold (MaxScore, Turtle and Flood 1995). Where a window's postings of the non-essential lists are
+few beside its candidates (dense lists in a small shard), they are added up into a second array instead
+(`_add_rest`): a candidate's bound is then its two sums, with no search. Documents arrive in ascending order, so a document tying
 the threshold never enters (ties go to the earlier document): the order of `bm25._top_k`.
 
 Exactness: a document that passes is scored by adding its terms' weights in the query's term order (the
@@ -32,6 +34,9 @@ MARGIN = 1e-9
 NO_DOC = np.iinfo(np.int64).max
 # Documents scored together: one window's running sums stay in the processor's fast cache.
 WINDOW = 4096
+# A window's postings of the lists not walked are added up rather than searched per candidate when there
+# are at most this many per candidate (a search in a dense list costs some tens of additions).
+REST_POSTINGS = 16
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -74,6 +79,8 @@ def _push(hs, hd, n, score, doc):
 @njit(cache=True, nogil=True)
 def _seek(indices, lo, hi, doc):
     """First position in indices[lo:hi] (ascending) holding doc or more: galloping, then bisection."""
+    if lo >= hi or indices[lo] >= doc:  # the common case of a cursor moving forward a little
+        return lo
     step = 1
     while lo + step < hi and indices[lo + step] < doc:
         lo += step
@@ -89,11 +96,12 @@ def _seek(indices, lo, hi, doc):
 
 
 @njit(cache=True, nogil=True)
-def _score(indices, weights, terms_lo, stop, counts, doc):
-    """A document's exact score: its terms' weights added in the query's term order (a search per list)."""
+def _score(indices, weights, lo, stop, counts, doc):
+    """A document's exact score: its terms' weights added in the query's term order (a search per list
+    from the window's start)."""
     score = 0.0
     for j in range(len(counts)):
-        p = _seek(indices, terms_lo[j], stop[j], doc)
+        p = _seek(indices, lo[j], stop[j], doc)
         if p < stop[j] and indices[p] == doc:
             score += counts[j] * weights[p]
     return score
@@ -115,17 +123,38 @@ def _may_enter(indices, weights, counts, order, prefix, lo, stop, essential, par
 
 
 @njit(cache=True, nogil=True)
+def _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc, touched):
+    """Add the window's postings of the essential lists into `acc` in the query's term order (the lists
+    not walked only move their cursor to the window: `lo`); returns how many documents were touched,
+    listed in `touched`."""
+    end, found = start + WINDOW, 0
+    for j in range(len(counts)):
+        if not essential_flag[j]:
+            cur[j] = lo[j] = _seek(indices, cur[j], stop[j], start)
+            continue
+        lo[j] = p = cur[j]
+        while p < stop[j] and indices[p] < end:
+            d = indices[p] - start
+            touched[found] = d
+            found += acc[d] == 0.0  # weights are positive: a first visit (counted without a branch)
+            acc[d] += counts[j] * weights[p]
+            p += 1
+        cur[j] = p
+    return found
+
+
+@njit(cache=True, nogil=True)
 def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, out_scores, work, acc, touched):
     """The top k of one query (its distinct term rows in adding order, their counts) into out_*;
     returns how many. `work` holds scratch arrays sized for the batch's longest query, `acc` and
     `touched` a window's (zeros in `acc` between calls)."""
     m = len(terms)
-    cur, stop, lo, bound, order, prefix, essential_flag = work
+    cur, stop, lo, bound, order, prefix, essential_flag, hi, rest = work
     for j in range(m):
         cur[j], stop[j] = indptr[terms[j]], indptr[terms[j] + 1]
         bound[j] = counts[j] * term_max[terms[j]]
         essential_flag[j] = True
-    order[:m] = np.argsort(bound[:m])  # ascending bound: the non-essential terms are a prefix
+    _order_by(bound, order, m)  # ascending bound: the non-essential terms are a prefix
     total = 0.0
     for r in range(m):
         total += bound[order[r]]
@@ -139,27 +168,20 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
                 start = indices[cur[j]]
         if start == NO_DOC:
             break
-        end, scattered_all, found = start + WINDOW, essential == 0, 0
-        for j in range(m):  # in the query's order, so that a window of every term adds as the numpy path
-            if not essential_flag[j]:
-                cur[j] = _seek(indices, cur[j], stop[j], start)
-                lo[j] = cur[j]
-                continue
-            lo[j] = p = cur[j]
-            while p < stop[j] and indices[p] < end:
-                d = indices[p] - start
-                if acc[d] == 0.0:  # weights are positive: a first visit
-                    touched[found] = d
-                    found += 1
-                acc[d] += counts[j] * weights[p]
-                p += 1
-            cur[j] = p
+        scattered_all = essential == 0  # then `acc` holds exact scores
+        found = _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc, touched)
+        added = not scattered_all and _add_rest(
+            indices, weights, counts, lo, hi, stop, essential_flag, start, rest, found
+        )
         for i in range(found):
             d = touched[i]
             score, doc = acc[d], start + d
             acc[d] = 0.0
             if not scattered_all:
-                if n == k and not _may_enter(
+                if n == k and added:
+                    if (score + rest[d]) * (1.0 + MARGIN) < theta:
+                        continue
+                elif n == k and not _may_enter(
                     indices, weights, counts, order, prefix, lo, stop, essential, score, doc, theta
                 ):
                     continue
@@ -172,10 +194,9 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
             else:
                 continue
             if n == k:
-                theta = hs[0]
-                while essential < m and prefix[essential] < theta:
-                    essential_flag[order[essential]] = False
-                    essential += 1
+                theta, essential = _raise(hs[0], prefix, order, essential_flag, essential, m)
+        if added:
+            _clear_rest(indices, lo, hi, start, rest, m)
     for last in range(n - 1, 0, -1):  # heap -> best first: pop the worst to the end, repeatedly
         hs[0], hs[last] = hs[last], hs[0]
         hd[0], hd[last] = hd[last], hd[0]
@@ -184,36 +205,108 @@ def _one_query(indptr, indices, weights, term_max, terms, counts, k, out_docs, o
 
 
 @njit(cache=True, nogil=True)
-def top_k_batch(indptr, indices, weights, term_max, query_ptr, terms, counts, k, out_docs, out_scores, out_n):
-    """Query q's terms are terms[query_ptr[q]:query_ptr[q + 1]] (distinct rows, in the order their
-    weights are added), with counts; its top k goes to out_docs[q], out_scores[q] (best first), and
-    how many to out_n[q]. Releases the GIL: threads may run parts of a batch at once."""
-    longest = 0
-    for q in range(len(query_ptr) - 1):
-        longest = max(longest, query_ptr[q + 1] - query_ptr[q])
+def _add_rest(indices, weights, counts, lo, hi, stop, essential_flag, start, rest, found):
+    """Where the window's postings of the lists not walked are few beside its `found` candidates (a
+    posting added costs a small part of a search), add them into `rest` (another order than the score's:
+    a bound, not a score) and return True; else False, and the candidates search those lists."""
+    total = 0
+    for j in range(len(counts)):  # hi[j] > lo[j] only for the lists added (what `_clear_rest` clears)
+        hi[j] = _seek(indices, lo[j], stop[j], start + WINDOW) if not essential_flag[j] else lo[j]
+        total += hi[j] - lo[j]
+    if total > REST_POSTINGS * found:
+        return False
+    for j in range(len(counts)):
+        if not essential_flag[j]:
+            for p in range(lo[j], hi[j]):
+                rest[indices[p] - start] += counts[j] * weights[p]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _clear_rest(indices, lo, hi, start, rest, m):
+    """Zeros back in `rest` where `_add_rest` added (the lists not walked at the window's start)."""
+    for j in range(m):
+        for p in range(lo[j], hi[j]):
+            rest[indices[p] - start] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def _raise(theta, prefix, order, essential_flag, essential, m):
+    """A new threshold (a score k documents reach) and the lists it makes non-essential: those whose
+    bounds together cannot reach it. Returns (threshold, number of non-essential lists)."""
+    while essential < m and prefix[essential] < theta:
+        essential_flag[order[essential]] = False
+        essential += 1
+    return theta, essential
+
+
+@njit(cache=True, nogil=True)
+def _order_by(values, order, m):
+    """order[:m] = the indices of values[:m] by ascending value (insertion sort: m is a query's terms)."""
+    for i in range(m):
+        j = i
+        while j > 0 and values[order[j - 1]] > values[i]:
+            order[j] = order[j - 1]
+            j -= 1
+        order[j] = i
+
+
+@njit(cache=True, nogil=True)
+def _query_terms(token_rows, slot, keys, terms, counts):
+    """A query's distinct known term rows in the order every path adds their weights (the terms that
+    are not frequent, then the frequent ones, each by row) into `terms`, each one's number of tokens
+    into `counts`; returns how many. Rows below 0 are tokens the shard does not know."""
+    num_terms, n = len(slot), 0
+    for t in token_rows:
+        if t >= 0:
+            keys[n] = t + num_terms if slot[t] >= 0 else t
+            n += 1
+    keys[:n].sort()
+    m = 0
+    for i in range(n):
+        if m and keys[i] == keys[i - 1]:
+            counts[m - 1] += 1.0
+            continue
+        terms[m], counts[m] = keys[i] % num_terms, 1.0
+        m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def search_batch(
+    indptr, indices, weights, term_max, slot, token_ptr, token_rows, k, long_query, out_docs, out_scores, out_n
+):
+    """Query q's tokens are token_rows[token_ptr[q]:token_ptr[q + 1]] (term rows, below 0 where the shard
+    does not know the token; `slot[row]` is 0 or more where the term is frequent: its weights are added
+    after the others');
+    its top k goes to out_docs[q], out_scores[q] (best first), and how many to out_n[q], or -1 for a query
+    of more than `long_query` distinct terms (left to the caller). No Python runs per query; releases
+    the GIL: threads may run parts of a batch at once."""
+    longest = 1
+    for q in range(len(token_ptr) - 1):
+        longest = max(longest, token_ptr[q + 1] - token_ptr[q])
+    keys, terms, counts = np.empty(longest, np.int64), np.empty(longest, np.int64), np.empty(longest, np.float64)
+    most = min(longest, long_query)
     work = (
-        np.empty(longest, np.int64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.float64),
-        np.empty(longest, np.int64),
-        np.empty(longest, np.float64),
-        np.empty(longest, np.bool_),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.int64),
+        np.empty(most, np.float64),
+        np.empty(most, np.int64),
+        np.empty(most, np.float64),
+        np.empty(most, np.bool_),
+        np.empty(most, np.int64),
+        np.zeros(WINDOW, np.float64),
     )
     acc, touched = np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64)
-    for q in range(len(query_ptr) - 1):
-        a, b = query_ptr[q], query_ptr[q + 1]
-        out_n[q] = _one_query(
-            indptr,
-            indices,
-            weights,
-            term_max,
-            terms[a:b],
-            counts[a:b],
-            k,
-            out_docs[q],
-            out_scores[q],
-            work,
-            acc,
-            touched,
-        )
+    for q in range(len(token_ptr) - 1):
+        m = _query_terms(token_rows[token_ptr[q] : token_ptr[q + 1]], slot, keys, terms, counts)
+        if m > long_query:
+            out_n[q] = -1
+        elif m == 0:
+            out_n[q] = 0
+        else:
+            out_n[q] = _one_query(
+                indptr, indices, weights, term_max, terms[:m], counts[:m], k, out_docs[q], out_scores[q],
+                work, acc, touched,
+            )  # fmt: skip

@@ -8,6 +8,7 @@ many equal scores, so the tie rule is exercised) and on the real HotpotQA sample
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -113,3 +114,44 @@ def test_compiled_path_on_real_paragraphs(shared_data, k):
     frequent = shard.frequent_terms
     queries += [frequent[:1], frequent[:6], ["film", "film", "romanian"]]
     assert_same(search(shard, queries, k, compiled=True), search(shard, queries, k, compiled=False))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_top_k_arrays_are_the_search_results(world, compiled):
+    """`top_k` (arrays, no object per query) holds `search`'s documents and floats, bad queries included."""
+    shard = world["shard"]
+    rng = np.random.default_rng(12)
+    queries = world["queries"][:30] + [[], ["qwxyzzy"], list(rng.choice(world["vocabulary"], size=10_000))]
+    saved = bm25.USE_KERNEL
+    bm25.USE_KERNEL = compiled
+    try:
+        arrays = shard.top_k(queries, 10, threads=2)
+    finally:
+        bm25.USE_KERNEL = saved
+    results = search(shard, queries, 10, compiled=compiled)
+    assert arrays.counts.tolist() == [len(r) for r in results]
+    for q, result in enumerate(results):
+        n = len(result)
+        assert arrays.positions[q, :n].tolist() == result.positions.tolist()
+        assert np.array_equal(arrays.scores[q, :n], result.scores)
+        assert (arrays.positions[q, n:] == -1).all()
+    assert arrays.counts[-1] == 10 and arrays.counts[-3:-1].tolist() == [0, 0]
+
+
+def test_bad_queries_cost_the_batch_no_more_than_their_own_time(world):
+    """A batch with an empty query, one of 10,000 terms and one of absent terms takes the processor time of
+    the batch without them plus theirs alone (slack for noise: 2x and 0.05 s): they add their own cost, the
+    others are not slowed. Processor time, the best of 3, so that other work on the machine counts less."""
+    shard, queries = world["shard"], world["queries"][:100]
+    bad = [[], list(np.random.default_rng(13).choice(world["vocabulary"], size=10_000)), ["qwxyzzy", "zzyxwq"]]
+
+    def cpu(batch) -> float:
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            shard.search(batch, 10, threads=1)
+            best = min(best, time.process_time() - start)
+        return best
+
+    cpu(queries + bad)  # warm-up (the compiler, the numpy path's dense rows)
+    assert cpu(queries[:50] + bad + queries[50:]) <= 2 * (cpu(queries) + cpu(bad)) + 0.05
