@@ -161,7 +161,8 @@ class XHModel(nn.Module):
         hidden, graph = self._encode(batch)
         heads = self.heads(hidden, batch)
         terms = self.heads.terms(heads, batch)
-        heads.pop("node_log_p", None)  # the heads' own intermediate, shared with the losses
+        for own in ("node_log_p", "span_logits"):  # the heads' own intermediates, shared with the losses
+            heads.pop(own, None)
         losses = present(terms, batch.counts(), self.heads.KINDS)
         loss = None
         if losses:
