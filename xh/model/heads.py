@@ -96,14 +96,14 @@ class HotpotHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
         tokens = self.dropout(hidden)
-        # span and node scores in one product over the tokens: the node's is read at its hub
-        weight = torch.cat([self.span.weight, self.node.weight])
-        scores = cast(F.linear(tokens, weight, torch.cat([self.span.bias, self.node.bias])), torch.float32)  # [N, L, 3]
-        span_logits = scores[..., :2].masked_fill(batch.head_constants()["span_blocked"], MASKED)
-        node_logits = scores[:, 0, 2]
+        # span scores over the tokens, node scores over the hubs: two products, where one over the tokens
+        # for both cost two concatenations and, in backward, a gradient per view of its output
+        span_logits = cast(self.span(tokens), torch.float32).masked_fill(batch.head_constants()["span_blocked"], MASKED)
+        hubs = tokens[:, 0]
+        node_logits = cast(self.node(hubs), torch.float32).squeeze(-1)
         node_log_p = graph_log_softmax(node_logits, batch)  # [G, N]
         # the graph's hubs pooled with the softmax of node_logits over the graph (relevant nodes speak for it)
-        pooled = node_log_p.exp() @ cast(tokens[:, 0], torch.float32)
+        pooled = node_log_p.exp() @ cast(hubs, torch.float32)
         answer_type_logits = cast(self.answer_type(pooled), torch.float32)
         sentence_logits, sentence_mask = self.sentences(hidden, batch)
         return {
