@@ -36,6 +36,8 @@ One JSON line per configuration; every line carries the baseline's figures of th
     ops_per_step_k3/_k0        operators dispatched by forward and backward of one step (torch.profiler,
                                views left out; the optimizer is not counted): on a GPU each launches at
                                least one kernel; hop_ops_per_step is their difference
+    ops_by_part_k3/_k0         the same split into hop, heads, losses and backbone (the rest), each
+                               forward and "<part> backward" (`reference.ops_by_part`)
 
 Runs alternate epoch by epoch (every configuration's first epoch, then every second one, ...), so
 that load from other work on the machine falls on all of them alike.
@@ -198,12 +200,13 @@ class Run:
     def figures(self) -> dict:
         later = statistics.mean(self.epochs[1:]) if len(self.epochs) > 1 else self.epochs[0]
         later_cpu = statistics.mean(self.step_cpu[1:]) if len(self.step_cpu) > 1 else self.step_cpu[0]
-        ops = None
+        ops = parts = None
         if self.args.count_ops:  # forward and backward of one more step, on the last batch
             from reference import count_ops
 
             ops = count_ops(lambda: self.forward_backward(self.last))
             self.optimizer.zero_grad(set_to_none=True)
+            parts = self.ops_by_part()
         return {
             "real_token_fraction": round(self.real / self.computed, 4),
             "distinct_shapes_per_epoch": len(self.shapes),
@@ -217,7 +220,44 @@ class Run:
             "real_tokens_per_cpu_s": round(self.real / later_cpu, 1),
             "steps_per_epoch": self.steps,
             "ops": ops,
+            "ops_by_part": parts,
         }
+
+    def ops_by_part(self) -> dict[str, int]:
+        """`count_ops` of one more step split into hop steps, heads, losses and the rest ("backbone": the
+        embeddings, layers, masks and the loss sum), forward and backward."""
+        from reference import ops_by_part, part
+
+        model = self.model
+        wrapped = [(step, "forward", "hop") for step in model.hop_steps]
+        wrapped += [(model.heads, "forward", "heads"), (model.heads, "terms", "losses")]
+        for owner, name, label in wrapped:
+            setattr(owner, name, part(label, getattr(owner, name)))
+        try:
+            parts = ops_by_part(lambda: self.forward_backward(self.last))
+        finally:
+            for owner, name, _ in wrapped:
+                delattr(owner, name)  # the class's own method again
+            self.optimizer.zero_grad(set_to_none=True)
+        return {key.replace("other", "backbone"): value for key, value in sorted(parts.items())}
+
+
+def k3_and_k0(k3: dict, k0: dict, count_ops: bool) -> dict:
+    """One configuration's figures: K=3's, with the step times and operators of both."""
+    figures = {k: v for k, v in k3.items() if k not in ("step_s", "step_cpu_s", "ops", "ops_by_part")}
+    return figures | {
+        "step_s_k3": k3["step_s"],
+        "step_s_k0": k0["step_s"],
+        "k3_over_k0": round(k3["step_s"] / k0["step_s"], 3),
+        "step_cpu_s_k3": k3["step_cpu_s"],
+        "step_cpu_s_k0": k0["step_cpu_s"],
+        "k3_over_k0_cpu": round(k3["step_cpu_s"] / k0["step_cpu_s"], 3),
+        "ops_per_step_k3": k3["ops"],
+        "ops_per_step_k0": k0["ops"],
+        "hop_ops_per_step": k3["ops"] - k0["ops"] if count_ops else None,
+        "ops_by_part_k3": k3["ops_by_part"],
+        "ops_by_part_k0": k0["ops_by_part"],
+    }
 
 
 def main() -> None:
@@ -283,19 +323,7 @@ def main() -> None:
                     run.epoch(rows)
             baseline = None
             for config in configs:
-                k3, k0 = runs[config, 3].figures(), runs[config, 0].figures()
-                figures = {k: v for k, v in k3.items() if k not in ("step_s", "step_cpu_s", "ops")}
-                figures |= {
-                    "step_s_k3": k3["step_s"],
-                    "step_s_k0": k0["step_s"],
-                    "k3_over_k0": round(k3["step_s"] / k0["step_s"], 3),
-                    "step_cpu_s_k3": k3["step_cpu_s"],
-                    "step_cpu_s_k0": k0["step_cpu_s"],
-                    "k3_over_k0_cpu": round(k3["step_cpu_s"] / k0["step_cpu_s"], 3),
-                    "ops_per_step_k3": k3["ops"],
-                    "ops_per_step_k0": k0["ops"],
-                    "hop_ops_per_step": k3["ops"] - k0["ops"] if args.count_ops else None,
-                }
+                figures = k3_and_k0(runs[config, 3].figures(), runs[config, 0].figures(), args.count_ops)
                 line = {"name": config, **figures}
                 if baseline is None:
                     baseline = figures

@@ -32,6 +32,7 @@ VIEW_OPS = frozenset(
         "view_as",
         "expand_as",
         "split",
+        "split_with_sizes",
     }
 )
 
@@ -74,3 +75,63 @@ def encode_node(tokenizer, question: str, sentences: list[str], max_tokens: int 
         # the sentences the (possibly truncated) paragraph still reaches
         "num_sentences": int(sentence_ids.max()) + 1 if in_paragraph.any() else 0,
     }
+
+
+def part(label: str, fn):
+    """`fn` whose operators `ops_by_part` counts under `label` (a profiler range around each call)."""
+    import functools
+
+    import torch
+
+    @functools.wraps(fn)
+    def labelled(*args, **kwargs):
+        with torch.profiler.record_function(PART + label):
+            return fn(*args, **kwargs)
+
+    return labelled
+
+
+PART = "part: "
+
+
+def ops_by_part(fn, names: bool = False) -> dict[str, int]:
+    """`count_ops` split by the `part` whose call dispatched each operator: forward operators under the
+    innermost part, backward ones under the part of the forward operator they differentiate
+    ("<part> backward"); "other" outside every part. `names`: keys "<part>: <operator>" instead."""
+    import collections
+
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    events = prof.events()
+
+    def enclosing(event):
+        """(the innermost part range around the event or None, the autograd node it runs in or None)."""
+        parent, node = event.cpu_parent, None
+        while parent is not None:
+            if parent.name.startswith(PART):
+                return parent.name[len(PART) :], node
+            if parent.name.startswith("autograd::engine::evaluate_function") and node is None:
+                node = parent
+            parent = parent.cpu_parent
+        return None, node
+
+    def counted(event) -> bool:
+        parent = event.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::"):
+            parent = parent.cpu_parent
+        return event.name.startswith("aten::") and event.name[6:] not in VIEW_OPS and parent is None
+
+    forward_part = {}  # sequence number of a forward operator -> its part
+    for event in events:
+        label, node = enclosing(event)
+        if label is not None and node is None and getattr(event, "sequence_nr", -1) >= 0:
+            forward_part.setdefault(event.sequence_nr, label)
+    parts: collections.Counter = collections.Counter()
+    for event in filter(counted, events):
+        label, node = enclosing(event)
+        if node is not None:
+            label = f"{forward_part.get(node.sequence_nr, 'other')} backward"
+        parts[f"{label or 'other'}: {event.name[6:]}" if names else label or "other"] += 1
+    return dict(parts)

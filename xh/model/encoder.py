@@ -50,11 +50,34 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-def run_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, **kwargs) -> torch.Tensor:
+Projection = tuple[torch.Tensor, torch.Tensor]  # a module's query, key and value weights [3H, H] and biases [3H]
+
+
+def qkv_projections(modules: list[nn.Module]) -> dict[nn.Module, Projection]:
+    """Each module's query, key and value weights and biases (its `query`, `key`, `value` Linear layers)
+    stacked for one product, for all modules at once: one concatenation of the weights and one of the
+    biases, split per module (views), where a concatenation per layer cost two operators a layer (each a
+    kernel on a GPU; the split's backward is one more). Modules of other input sizes than the first's
+    get their own."""
+    same = [m for m in modules if m.query.in_features == modules[0].query.in_features] if modules else []
+    if not same:
+        return {}
+    linears = [getattr(m, name) for m in same for name in ("query", "key", "value")]
+    sizes = [m.query.out_features + m.key.out_features + m.value.out_features for m in same]
+    weights = torch.cat([linear.weight for linear in linears]).split(sizes)
+    biases = torch.cat([linear.bias for linear in linears]).split(sizes)
+    stacked = dict(zip(same, zip(weights, biases)))
+    return stacked | qkv_projections([m for m in modules if m not in stacked])
+
+
+def run_layer(
+    layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, qkv: Projection | None = None, **kwargs
+) -> torch.Tensor:
     """One encoder layer; `kwargs` reach its attention function (as the backbone's own forward passes them).
-    A BERT-style layer with nothing else to pass runs as `fused_bert_layer`."""
+    A BERT-style layer with nothing else to pass runs as `fused_bert_layer` (with `qkv`, its query, key and
+    value parameters from `qkv_projections`)."""
     if not set(kwargs) - {"position_ids"} and fusable(layer):
-        return fused_bert_layer(layer, x, mask)
+        return fused_bert_layer(layer, x, mask, qkv)
     out = layer(x, mask, **kwargs)
     return out[0] if isinstance(out, tuple) else out  # older layer classes return (hidden_states, ...)
 
@@ -71,14 +94,15 @@ def fusable(layer: nn.Module) -> bool:
     )
 
 
-def fused_bert_layer(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def fused_bert_layer(
+    layer: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, qkv: Projection | None = None
+) -> torch.Tensor:
     """The layer's own computation with its own parameters, query, key and value in one product, and
     `scaled_dot_product_attention` (a fused kernel on a GPU) whatever the backbone's attention function:
     a boolean mask is the sdpa one, an additive mask the eager one, and SDPA takes either."""
     attention = layer.attention.self
     rows, length, _ = x.shape
-    weight = torch.cat([attention.query.weight, attention.key.weight, attention.value.weight])
-    bias = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
+    weight, bias = qkv or qkv_projections([attention])[attention]
     qkv = F.linear(x, weight, bias).view(rows, length, 3, attention.num_attention_heads, attention.attention_head_size)
     q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each [R, heads, T, d]
     dropout = attention.dropout.p if layer.training else 0.0

@@ -57,8 +57,7 @@ def _linear(in_features: int, out_features: int, initializer_range: float) -> nn
 def graph_log_softmax(node_logits: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
     """[N] -> [G, N]: log-softmax over each graph's nodes; another graph's nodes get the lowest finite
     value (exactly 0 after exp, never NaN in a product with 0)."""
-    graphs = torch.arange(batch.num_graphs, device=node_logits.device)
-    member = batch.node_graph.unsqueeze(0) == graphs.unsqueeze(1)
+    member = batch.head_constants()["graph_member"]
     return torch.where(member, node_logits, torch.finfo(node_logits.dtype).min).log_softmax(-1)
 
 
@@ -67,12 +66,10 @@ def node_log_softmax(log_p: torch.Tensor, batch: GraphBatch) -> torch.Tensor:
     return log_p.gather(0, batch.node_graph.unsqueeze(0)).squeeze(0)
 
 
-def masked_mean_bce(logits: torch.Tensor, labels: torch.Tensor, known: torch.Tensor, count: int) -> torch.Tensor:
-    """Binary cross-entropy averaged over the `count` entries where `known`; 0 when there are none."""
-    target = labels.clamp(min=0).to(logits.dtype)
-    return F.binary_cross_entropy_with_logits(logits, target, weight=known.to(logits.dtype), reduction="sum") / max(
-        count, 1
-    )
+def weighted_bce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy summed with weights 1/count on the labelled entries (`head_constants`): their
+    mean, 0 when there are none."""
+    return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="sum")
 
 
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
@@ -99,14 +96,14 @@ class HotpotHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
         tokens = self.dropout(hidden)
-        # span and node scores in one product over the tokens: the node's is read at its hub
-        weight = torch.cat([self.span.weight, self.node.weight])
-        scores = cast(F.linear(tokens, weight, torch.cat([self.span.bias, self.node.bias])), torch.float32)  # [N, L, 3]
-        span_logits = scores[..., :2].masked_fill(~batch.paragraph_mask.unsqueeze(-1), MASKED)
-        node_logits = scores[:, 0, 2]
+        # span scores over the tokens, node scores over the hubs: two products, where one over the tokens
+        # for both cost two concatenations and, in backward, a gradient per view of its output
+        span_logits = cast(self.span(tokens), torch.float32).masked_fill(batch.head_constants()["span_blocked"], MASKED)
+        hubs = tokens[:, 0]
+        node_logits = cast(self.node(hubs), torch.float32).squeeze(-1)
         node_log_p = graph_log_softmax(node_logits, batch)  # [G, N]
         # the graph's hubs pooled with the softmax of node_logits over the graph (relevant nodes speak for it)
-        pooled = node_log_p.exp() @ cast(tokens[:, 0], torch.float32)
+        pooled = node_log_p.exp() @ cast(hubs, torch.float32)
         answer_type_logits = cast(self.answer_type(pooled), torch.float32)
         sentence_logits, sentence_mask = self.sentences(hidden, batch)
         return {
@@ -117,19 +114,16 @@ class HotpotHeads(nn.Module):
             "sentence_logits": sentence_logits,
             "sentence_mask": sentence_mask,
             "node_log_p": node_log_p,
+            "span_logits": span_logits,
         }
 
     def sentences(self, hidden: torch.Tensor, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sentence logits [N, S] from the mean of each sentence's token states (one batched product of a
-        [N, S, L] membership matrix), MASKED where a node has no such sentence, and that mask."""
-        s = batch.sentence_labels.shape[1]
-        numbers = torch.arange(s, device=hidden.device).view(1, s, 1)
-        member = batch.sentence_ids.unsqueeze(1) == numbers  # [N, S, L]
-        counts = member.sum(-1, keepdim=True)  # int64: exact, where bf16 would round counts over 256
-        means = (member.to(hidden.dtype) @ hidden) / counts.clamp(min=1)
-        sentence_mask = counts.squeeze(-1) > 0
+        """Sentence logits [N, S] from the mean of each sentence's token states (one batched product of
+        the batch's [N, S, L] token weights), MASKED where a node has no such sentence, and that mask."""
+        constants = batch.head_constants()
+        means = cast(constants["sentence_weights"], hidden.dtype) @ hidden
         logits = cast(self.sentence(self.dropout(means)), torch.float32).squeeze(-1)
-        return logits.masked_fill(~sentence_mask, MASKED), sentence_mask
+        return logits.masked_fill(constants["sentence_blocked"], MASKED), constants["sentence_mask"]
 
     @classmethod
     def losses(cls, out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
@@ -138,24 +132,26 @@ class HotpotHeads(nn.Module):
     @staticmethod
     def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
         """Every term, 0 where the batch has no labels for it."""
-        counts = batch.counts()
+        counts, constants = batch.counts(), batch.head_constants()
         node_log_p = out.get("node_log_p")
         if node_log_p is None:  # outputs made elsewhere (tests change node_logits)
             node_log_p = graph_log_softmax(out["node_logits"], batch)
-        known = batch.node_relevance >= 0
-        relevance = masked_mean_bce(out["node_logits"], batch.node_relevance, known, counts["node"])
+        relevance = weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"])
         # the answer node ranks first among its graph's nodes (decoding reads the span there)
         answer_node = F.nll_loss(node_log_p, batch.answer_node, ignore_index=-1, reduction="sum")
         # start and end rows of each graph's answer node: [G, L, 2] against [G, 2] positions
-        rows = torch.stack([out["start_logits"], out["end_logits"]], -1).index_select(0, batch.answer_node.clamp(min=0))
-        positions = torch.stack([batch.answer_start, batch.answer_end], -1)
-        span = F.cross_entropy(rows, positions, ignore_index=-1, reduction="sum") / (2 * max(counts["span"], 1))
-        known = (batch.sentence_labels >= 0) & out["sentence_mask"]
+        span_logits = out.get("span_logits")
+        if span_logits is None:  # outputs made elsewhere
+            span_logits = torch.stack([out["start_logits"], out["end_logits"]], -1)
+        rows = span_logits.index_select(0, constants["answer_row"])
+        span = F.cross_entropy(rows, constants["answer_positions"], ignore_index=-1, reduction="sum")
         return {
             "node": relevance + answer_node / max(counts["span"], 1),
-            "span": span,
+            "span": span / (2 * max(counts["span"], 1)),
             "answer_type": mean_ce(out["answer_type_logits"], batch.answer_type, counts["answer_type"]),
-            "sentence": masked_mean_bce(out["sentence_logits"], batch.sentence_labels, known, counts["sentence"]),
+            "sentence": weighted_bce(
+                out["sentence_logits"], constants["sentence_target"], constants["sentence_weight"]
+            ),
         }
 
 
@@ -190,10 +186,9 @@ class FeverHeads(nn.Module):
 
     @staticmethod
     def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
-        counts = batch.counts()
-        known = batch.node_relevance >= 0
+        counts, constants = batch.counts(), batch.head_constants()
         return {
             "claim": F.nll_loss(out["claim_log_probs"], batch.claim_label, ignore_index=-1, reduction="sum")
             / max(counts["claim"], 1),
-            "evidence": masked_mean_bce(out["node_logits"], batch.node_relevance, known, counts["node"]),
+            "evidence": weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"]),
         }

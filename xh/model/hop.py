@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xh.model.encoder import cast
+from xh.model.encoder import Projection, cast, qkv_projections
 
 HopVariant = Literal["paper", "gat"]
 
@@ -158,21 +158,25 @@ class DotProductHopAttention(nn.Module):
         self.value = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, hubs: torch.Tensor, graph: HopGraph) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads], or None when the graph keeps none)."""
+    def forward(
+        self, hubs: torch.Tensor, graph: HopGraph, qkv: Projection | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads], or None when the graph keeps none).
+        `qkv`: this module's stacked query, key and value parameters (`xh.model.encoder.qkv_projections`)."""
         n = hubs.shape[0]
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        # [N, 3H] -> q, k, v [heads, N, d]
-        q, k, v = F.linear(hubs, weight, bias).view(n, 3, self.heads, self.head_size).permute(1, 2, 0, 3)
+        weight, bias = qkv or qkv_projections([self])[self]
+        # [N, 3H] -> q, k, v [1, heads, N, d]: four dimensions, where CPUs too have a fused kernel
+        q, k, v = F.linear(hubs, weight, bias).view(1, n, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
         if graph.keep_attention:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [heads, N(dst), N(src)]
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [1, heads, N(dst), N(src)]
             weights = masked_softmax(scores, graph.allowed)
             gathered = self.dropout(weights) @ v
-            return graph.zero_lonely(gathered.transpose(0, 1).reshape(n, -1)), graph.edge_weights(weights)
+            return graph.zero_lonely(gathered.squeeze(0).transpose(0, 1).reshape(n, -1)), graph.edge_weights(
+                weights.squeeze(0)
+            )
         dropout = self.dropout.p if self.training else 0.0
         gathered = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.allowed, dropout_p=dropout)
-        return graph.zero_lonely(gathered.transpose(0, 1).reshape(n, -1)), None
+        return graph.zero_lonely(gathered.squeeze(0).transpose(0, 1).reshape(n, -1)), None
 
 
 class GATHopAttention(nn.Module):
@@ -244,8 +248,9 @@ class HopStep(nn.Module):
             raise ValueError(f"hop variant must be 'paper' or 'gat', not {variant!r}")
         self.fusion = fusion_layer(hidden_size, fusion_init, initializer_range)
 
-    def forward(self, hidden_states: torch.Tensor, graph: HopGraph) -> torch.Tensor:
-        """[R, L, H] -> [R, L, H] with a new hub at each node's hub position and every other token unchanged."""
+    def forward(self, hidden_states: torch.Tensor, graph: HopGraph, qkv: Projection | None = None) -> torch.Tensor:
+        """[R, L, H] -> [R, L, H] with a new hub at each node's hub position and every other token unchanged.
+        `qkv`: the paper attention's stacked query, key and value parameters, when the caller made them."""
         rows, length, size = hidden_states.shape
         tokens = hidden_states.reshape(rows * length, size)
         hubs = graph.hubs if graph.hubs is not None else torch.arange(rows, device=tokens.device) * length
@@ -254,7 +259,7 @@ class HopStep(nn.Module):
         # bf16 would round the attention weights coarsely.
         with torch.autocast(hidden_states.device.type, enabled=False):
             hub = cast(tokens.index_select(0, hubs), self.fusion.weight.dtype)
-            gathered, weights = self.attention(hub, graph)
+            gathered, weights = self.attention(hub, graph) if qkv is None else self.attention(hub, graph, qkv)
             new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
         if weights is not None:
             graph.attention.append(weights.detach())

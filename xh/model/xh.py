@@ -38,10 +38,10 @@ from torch import nn
 
 from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
-from xh.model.encoder import embed, run_layer
+from xh.model.encoder import embed, fusable, qkv_projections, run_layer
 from xh.model.gesa import TypedHops
 from xh.model.heads import FeverHeads, HotpotHeads, present
-from xh.model.hop import HopGraph, PlainHops, find_encoder_layers
+from xh.model.hop import DotProductHopAttention, HopGraph, PlainHops, find_encoder_layers
 from xh.model.packing import encoder_inputs, node_states
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 
@@ -137,18 +137,32 @@ class XHModel(nn.Module):
         inputs = encoder_inputs(batch, self.backbone, self._use_token_types)
         x, mask = embed(self.backbone, **inputs)
         first_hop = len(self.layers) - len(self.hop_steps)
+        qkv = self._qkv_projections(fused_layers=not hop_kwargs)
         for i, layer in enumerate(self.layers):
             # token attention within each node (Eq. 9); GESA's hub relations read hop_kwargs
-            x = run_layer(layer, x, mask, position_ids=inputs.get("position_ids"), **hop_kwargs)
-            if i >= first_hop:
-                x = self.hop_steps[i - first_hop](x, graph)  # hub attention along the graph's edges (Eq. 7-8)
+            own = qkv.get(getattr(getattr(layer, "attention", None), "self", None))
+            x = run_layer(layer, x, mask, own, position_ids=inputs.get("position_ids"), **hop_kwargs)
+            if i >= first_hop:  # hub attention along the graph's edges (Eq. 7-8)
+                step = self.hop_steps[i - first_hop]
+                own = qkv.get(getattr(step, "attention", None))
+                x = step(x, graph) if own is None else step(x, graph, own)
         return node_states(batch, x), graph
+
+    def _qkv_projections(self, fused_layers: bool) -> dict:
+        """The query, key and value parameters of the fused backbone layers and paper hop steps, stacked
+        for all of them at once (`xh.model.encoder.qkv_projections`): two operators a step, not two a layer."""
+        modules = [layer.attention.self for layer in self.layers if fused_layers and fusable(layer)]
+        modules += [
+            s.attention for s in self.hop_steps if isinstance(getattr(s, "attention", None), DotProductHopAttention)
+        ]
+        return qkv_projections(modules)
 
     def forward(self, batch: GraphBatch) -> XHOutput:
         hidden, graph = self._encode(batch)
         heads = self.heads(hidden, batch)
         terms = self.heads.terms(heads, batch)
-        heads.pop("node_log_p", None)  # the heads' own intermediate, shared with the losses
+        for own in ("node_log_p", "span_logits"):  # the heads' own intermediates, shared with the losses
+            heads.pop(own, None)
         losses = present(terms, batch.counts(), self.heads.KINDS)
         loss = None
         if losses:

@@ -137,3 +137,59 @@ def test_training_attention_kernel_equals_the_explicit_weights_of_eval(isolated_
         torch.testing.assert_close(grad, expected)
     if isolated_nodes == "zero":
         assert torch.equal(fused[[3, 4, 9]], torch.zeros(3, 16))
+
+
+def paper_hop_by_loops(step: HopStep, hubs: torch.Tensor, edges: list[tuple[int, int]], isolated_nodes: str):
+    """Eq. 7-8 written plainly for one graph's hubs [n, H]: for each node and head, a softmax over the node's
+    in-neighbours (its own self-loop when it has none: its own value, or ĥ = 0 under `zero`), then the fusion."""
+    attention = step.attention
+    n, d = hubs.shape[0], attention.head_size
+    q, k, v = (p(hubs).view(n, attention.heads, d) for p in (attention.query, attention.key, attention.value))
+    gathered = []
+    for node in range(n):
+        sources = sorted({s for s, t in edges if t == node})
+        if not sources and isolated_nodes == "zero":
+            gathered.append(torch.zeros(attention.heads * d))
+            continue
+        sources = sources or [node]
+        heads = []
+        for h in range(attention.heads):
+            scores = torch.stack([q[node, h] @ k[s, h] for s in sources]) / math.sqrt(d)
+            heads.append(sum(w * v[s, h] for w, s in zip(scores.softmax(0), sources)))
+        gathered.append(torch.cat(heads))
+    return step.fusion(torch.cat([hubs, torch.stack(gathered)], -1))
+
+
+# Three graphs packed in one batch (local edges): an explicit self-loop with other in-edges (node 0 of the
+# first), a node whose only in-edge is its self-loop (node 2 of the first), nodes without in-edges, and a
+# one-node graph.
+GRAPHS = [
+    (4, [(0, 0), (1, 0), (2, 2), (0, 1), (3, 1)]),
+    (1, []),
+    (5, [(0, 1), (1, 2), (2, 0), (4, 2)]),
+]
+
+
+@pytest.mark.parametrize("isolated_nodes", ["self_loop", "zero"])
+@pytest.mark.parametrize("training", [True, False])
+def test_hop_step_over_packed_graphs_equals_eq_7_per_graph_written_with_loops(isolated_nodes, training):
+    """The hop step on graphs packed several per batch, hubs scattered over rows with padding tokens and
+    a row of padding only, equals Eq. 7-8 computed graph by graph: no attention crosses graphs, padding
+    tokens keep their states, a self-loop given as an edge is an ordinary edge."""
+    torch.manual_seed(6)
+    step = HopStep(hidden_size=16, heads=4, dropout=0.0, fusion_init="random").train(training)
+    sizes = [n for n, _ in GRAPHS]
+    offsets = [sum(sizes[:g]) for g in range(len(GRAPHS))]
+    edges = torch.tensor([(s + o, t + o) for (_, local), o in zip(GRAPHS, offsets) for s, t in local]).T
+    # rows of 8 tokens: 4 rows, the last all padding; each node's hub somewhere in a row, in no particular order
+    hubs = torch.tensor([9, 0, 13, 5, 2, 16, 11, 7, 20, 18])
+    rows = torch.randn(4, 8, 16)
+    graph = HopGraph.build(edges, num_nodes=10, isolated_nodes=isolated_nodes, hubs=hubs)
+    graph.keep_attention = not training
+    out = step(rows, graph).view(32, 16)
+    flat = rows.view(32, 16)
+    for (n, local), offset in zip(GRAPHS, offsets):
+        mine = hubs[offset : offset + n]
+        torch.testing.assert_close(out[mine], paper_hop_by_loops(step, flat[mine], local, isolated_nodes))
+    untouched = torch.ones(32, dtype=torch.bool).index_fill_(0, hubs, False)
+    assert torch.equal(out[untouched], flat[untouched])  # padding and other tokens, the padding row included

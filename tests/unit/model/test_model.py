@@ -7,6 +7,7 @@ loads it exactly as it loads a real checkpoint; one test loads the real all-Mini
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -322,6 +323,22 @@ def test_losses_are_present_for_labelled_batches_and_gradients_reach_hop_paramet
         assert param.grad is not None and param.grad.abs().sum() > 0, name
     for name, param in model.named_parameters():
         assert param.grad is not None, name  # DDP needs every parameter in the graph
+
+
+def test_head_constants_made_on_the_host_equal_those_made_from_the_tensors(backbone, tokenizer):
+    """`collate` makes the heads' batch constants on the host; a batch without them (made elsewhere) gets
+    them from its tensors: the same outputs and losses either way."""
+    model = make_model(backbone, hop_layers=2).eval()
+    batch = collate(hotpot_graphs(tokenizer))
+    assert batch.constants is not None
+    bare = dataclasses.replace(batch, constants=None)
+    with torch.no_grad():
+        made, derived = model(batch), model(bare)
+    torch.testing.assert_close(made.loss, derived.loss)
+    for name in ("start_logits", "node_logits", "answer_type_logits", "sentence_logits"):
+        torch.testing.assert_close(getattr(made, name), getattr(derived, name))
+    for key, value in batch.constants.items():
+        torch.testing.assert_close(value, bare.head_constants()[key])
 
 
 def test_node_loss_also_ranks_the_answer_node_first_within_its_graph(backbone, tokenizer):
