@@ -70,31 +70,29 @@ from xh.partitions import (
     scored_versions,
     write_inputs_record,
 )
-from xh.pipeline import Pipeline, prediction_row, settings_of
+from xh.pipeline import settings_of
 from xh.pipeline import version_pipeline as build_version
 from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
+from xh.stages.score_actors import GRAPHS, PARSED, GraphActor, ModelActor, Pools, StageWriter
 from xh.store import Location, Store
 from xh.tables import (
+    BATCH_STAGE,
     Stages,
     check_outside_tables,
     content_digest,
     count_rows,
     fingerprint,
-    read_stage,
+    read_marker,
     usable_rows,
-    with_quarantine,
     write_quarantine,
 )
 from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 log = logging.getLogger("xh.score").info
 
-QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
-PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
-GRAPHS = with_quarantine([*QUESTION, pa.field("graph", pa.string())])  # the GRAPHS row as JSON
 
 # what changes where resources change, not the predictions: not part of the staging fingerprint
 # (nor `replace`, which decides only how the predictions are published, nor `incremental`, which decides
@@ -196,58 +194,6 @@ def _ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
     return later_files(pa.concat_tables(blocks)) if blocks else {}
 
 
-class _GraphActor:
-    """The pipeline's graph half, loaded once; questions in, graphs (or quarantine rows) out."""
-
-    def __init__(self, **load_args):
-        self.pipeline = Pipeline.load(**load_args)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        graphs, quarantined = self.pipeline.graphs(batch.select(["qid", "question", "type"]).to_pylist())
-        rows = [{"qid": g["qid"], "question": g["question"], "graph": json.dumps(g, default=str)} for g in graphs]
-        return pa.Table.from_pylist(rows + quarantined, schema=GRAPHS)
-
-
-class _InferenceActor:
-    """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out."""
-
-    def __init__(
-        self,
-        model: dict,
-        provenance: dict,
-        batch_graphs: int,
-        block: int,
-        threads: int | None,
-        mlflow_cfg,
-        store: Store,
-        corpus_cache: Location | None = None,
-    ):
-        import torch
-
-        if threads:  # Ray gives a fractional-CPU actor one thread
-            torch.set_num_threads(threads)
-        configure(mlflow_cfg, store)
-        # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
-        # window pads less (`xh.inference.predict_graphs`)
-        self.pipeline = Pipeline.load(
-            model=f"models:/{model['name']}/{model['version']}",
-            batch_graphs=batch_graphs,
-            sort_window=max(1, -(-block // batch_graphs)),
-        )
-        self.provenance = provenance
-        from xh.model.variants import architecture
-
-        if corpus_cache:
-            # DocHopper's paragraph embeddings of this version and corpus snapshot, shared by every actor and run
-            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
-        predictions = self.pipeline.predict(graphs)
-        rows = [prediction_row(q, p) | self.provenance for q, p in zip(questions, predictions)]
-        return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
-
-
 # --- the three stages as Ray Datasets --------------------------------------------------------------
 
 
@@ -273,58 +219,24 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     )
 
 
-def block_count(rows: int, batch_size: int, actors: int) -> int:
-    """How many blocks a stage's `rows` go to its pool in: at most `batch_size` rows each, and a multiple of
-    the pool's `actors`, so that the actors finish together. Blocks of a fixed size leave a last round in
-    which one actor works and the others wait (what it cost: docs/results/scoring.md, batch scoring)."""
-    blocks = -(-max(1, -(-rows // batch_size)) // actors) * actors
-    return max(1, min(rows, blocks))
+def _pools(job: ScoreJob, stages: Stages, use_gpu: bool) -> Pools:
+    """The run's graph and model actors, started now where the cluster has room (their loading overlaps the
+    parse stage): the graph actors only when the graphs stage is not finished already (resumed)."""
+    import ray
 
-
-def _in_batches(rows, batch_size: int, actors: int):
-    """The stage's rows in equal blocks (`block_count`), one block per actor call
-    (`map_batches(batch_size=None)`). Materialized before the pool starts: the repartition task wants a
-    whole CPU, and actors that hold the rest would starve it (a run that never starts, not a slow one)."""
-    return rows.repartition(block_count(rows.count(), batch_size, actors)).materialize()  # count: Parquet footers
-
-
-def _graphs(parsed: Location, cfg: XHConfig, places: Places):
-    from ray.data import ActorPoolStrategy
-
-    sc, (retrieval, graph) = cfg.score, settings_of(cfg)
-    return _in_batches(read_stage(parsed), sc.batch_size, sc.workers).map_batches(
-        _GraphActor,
-        batch_size=None,  # a whole block a call
-        batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=sc.workers),
-        num_cpus=sc.cpus_per_worker,
-        fn_constructor_kwargs={
-            "index": places.index,
-            "tables": places.tables,
-            "retrieval": retrieval,
-            "graph": graph,
-            "classifier": sc.question_classifier,
-        },
+    cfg, places, model, sc = job.cfg, job.places, job.model, job.cfg.score
+    retrieval, graph = settings_of(cfg)
+    pools = Pools(ray.cluster_resources().get("CPU", 1))
+    graph_args = {"index": places.index, "tables": places.tables, "retrieval": retrieval, "graph": graph}
+    pools.add(
+        "graphs",
+        GraphActor,
+        sc.workers,
+        {"num_cpus": sc.cpus_per_worker},
+        early=(read_marker(stages.staging.join("graphs")) or {}).get("kind") != BATCH_STAGE,
+        **graph_args,
+        classifier=sc.question_classifier,
     )
-
-
-def model_pool(sc, use_gpu: bool) -> dict:
-    """How the model actors run: a pool of `score.inference_workers`, one GPU each where there are GPUs.
-    On CPUs a call takes a whole block (`_in_batches`); Ray refuses GPU actors without a batch size, so
-    there a call takes `score.batch_size` rows, which is what a block holds at most."""
-    from ray.data import ActorPoolStrategy
-
-    return {
-        "batch_size": sc.batch_size if use_gpu else None,
-        "batch_format": "pyarrow",
-        "compute": ActorPoolStrategy(size=sc.inference_workers),
-        "num_cpus": sc.inference_cpus,
-        "num_gpus": 1 if use_gpu else 0,
-    }
-
-
-def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
-    sc, model = job.cfg.score, job.model
     provenance = {
         "model_name": model["name"],
         "model_version": model["version"],
@@ -333,20 +245,34 @@ def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
         "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
         "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else None,
     }
-    cache = job.places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16])
-    return _in_batches(read_stage(graphs), sc.batch_size, sc.inference_workers).map_batches(
-        _InferenceActor,
-        **model_pool(sc, use_gpu),
-        fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, job.cfg.mlflow),
-        fn_constructor_kwargs={"store": graphs.store, "corpus_cache": cache},
+    pools.add(
+        "models",
+        ModelActor,
+        sc.inference_workers,
+        model_options(sc, use_gpu),
+        model=model,
+        provenance=provenance,
+        batch_graphs=sc.batch_graphs,
+        block=sc.batch_size,
+        threads=sc.inference_threads,
+        mlflow_cfg=cfg.mlflow,
+        store=places.output.store,
+        cache=places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16]),
     )
+    return pools
 
 
-def _no_rows(schema: pa.Schema):
-    """A stage with nothing to do (no usable row came in): no actor pool loads an index or a model for it."""
-    import ray.data
+def model_options(sc, use_gpu: bool) -> dict:
+    """How the model actors run: `score.inference_cpus` each, and one GPU each where there are GPUs."""
+    return {"num_cpus": sc.inference_cpus, "num_gpus": 1 if use_gpu else 0}
 
-    return ray.data.from_arrow(schema.empty_table())
+
+def _stage(pools: Pools, pool: str, source: Location, batch_size: int):
+    """A stage of `pool`'s actors over the usable rows of the finished stage `source`; with none, an empty
+    stage (`xh.tables.write_stage` writes its schema), and a pool not started yet is not started for it."""
+    if not usable_rows(source):
+        return StageWriter([], source, batch_size)
+    return StageWriter(pools.actors(pool), source, batch_size)
 
 
 def _write_quarantine(stages: list[Location], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
@@ -531,17 +457,20 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-    parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
-    graphs = stages.run(
-        "graphs", lambda: _graphs(parsed, cfg, places) if usable_rows(parsed) else _no_rows(GRAPHS), schema=GRAPHS
-    )
-    # never resumed: a run that failed while moving its predictions left that stage incomplete
-    predictions = stages.run(
-        "inference",
-        lambda: _predictions(graphs, job, use_gpu) if usable_rows(graphs) else _no_rows(schemas.PREDICTIONS),
-        resume=False,
-        schema=schemas.PREDICTIONS,
-    )
+    pools = _pools(job, stages, use_gpu)
+    try:
+        parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
+        graphs = stages.run("graphs", lambda: _stage(pools, "graphs", parsed, sc.batch_size), schema=GRAPHS)
+        pools.stop("graphs")
+        # never resumed: a run that failed while moving its predictions left that stage incomplete
+        predictions = stages.run(
+            "inference",
+            lambda: _stage(pools, "models", graphs, sc.batch_size),
+            resume=False,
+            schema=schemas.PREDICTIONS,
+        )
+    finally:
+        pools.stop()
     quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
     published = _publish(job, predictions, _unreadable(parsed), mlflow_run_id)
     stages.clear()
