@@ -146,6 +146,13 @@ def main() -> None:
         default=0.5,
         help="CPUs of each model actor (leave some of the cluster to the read and write tasks)",
     )
+    parser.add_argument(
+        "--graph-cpus",
+        type=float,
+        default=0.25,
+        help="CPUs each graph actor reserves (the graph half is a few percent of the work: a small share lets "
+        "the model actors start loading beside the graph actors, `xh.stages.score_actors.Pools`)",
+    )
     parser.add_argument("--inference-threads", type=int, default=1, help="torch threads of each model actor")
     # 256: fewer, larger blocks, so fewer Ray tasks and output files per question
     parser.add_argument("--batch-size", type=int, default=256, help="questions per actor call")
@@ -177,7 +184,7 @@ def main() -> None:
                     f"score.output={work / 'predictions' / folder}",
                     "score.model=models:/xh-bench@champion",
                     f"score.workers={workers}",
-                    f"score.cpus_per_worker={min(1.0, 0.9 * args.num_cpus / workers)}",
+                    f"score.cpus_per_worker={args.graph_cpus}",
                     f"score.inference_workers={workers}",
                     f"score.inference_cpus={args.inference_cpus}",
                     f"score.inference_threads={args.inference_threads}",

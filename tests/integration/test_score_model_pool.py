@@ -11,35 +11,40 @@ import pytest
 
 from xh.config import load_config
 from xh.stages.score import model_options
-from xh.stages.score_actors import ModelActor, Pools
+from xh.stages.score_actors import TASK_CPUS, ModelActor, Pools, _Worker
 
 pytestmark = pytest.mark.integration
 
 
-class _Probe:
+class _Probe(_Worker):
     def pid(self) -> int:
         return os.getpid()
 
 
-def test_pools_start_early_where_the_cluster_has_room_and_late_where_it_has_not(ray_cluster):
+def test_pools_start_where_the_cluster_has_room_and_the_run_keeps_a_cpu_share_for_its_tasks(ray_cluster):
     import ray
 
-    pools = Pools(ray.cluster_resources()["CPU"])  # 2 CPUs: 1.75 for pools, 0.25 kept for the run's tasks
+    pools = Pools(ray.cluster_resources()["CPU"])  # 2 CPUs
+    pools.add("graphs", _Probe, 2, {"num_cpus": 0.5})
+    pools.add("models", _Probe, 3, {"num_cpus": 0.5})
     try:
-        pools.add("graphs", _Probe, 2, {"num_cpus": 0.5})
-        pools.add("models", _Probe, 2, {"num_cpus": 0.5})  # 2.0 with the graphs: not now
-        assert set(pools.started) == {"graphs"}
-        assert len({ray.get(a.pid.remote(), timeout=120) for a in pools.actors("graphs")}) == 2
-        # a task of the run still finds a CPU while the early pool holds its share
-        assert ray.get(ray.remote(num_cpus=0.25)(lambda: 1).remote(), timeout=120) == 1
-        models = pools.actors("models")  # asked for by its stage: started, placed when there is room
+        room = pools.cpus - TASK_CPUS
+        assert len(pools.start("graphs", 2, room=room)) == 2
+        assert pools.start("models", 2, room=room) == []  # 2.0 CPUs with the graphs: no room for a task
+        assert len(pools.start("models", 1, room=room)) == 1
+        assert pools.held() == 1.5 and pools.held({"models": 3}) == 2.5
+        # a task of the run still finds its share while the pools hold theirs
+        assert ray.get(ray.remote(num_cpus=TASK_CPUS)(lambda: 1).remote(), timeout=120) == 1
+        assert len({ray.get(a.pid.remote(), timeout=120) for a in pools.start("graphs", 2)}) == 2
+        assert pools.wanted("models", rows=10, batch_size=4) == 3 and pools.wanted("models", 1, 4) == 1
+        models = pools.start("models", 3)  # without room: started, placed once the graph pool has gone
         pools.stop("graphs")
-        assert len({ray.get(a.pid.remote(), timeout=120) for a in models}) == 2
-        pools.add("late", _Probe, 1, {"num_cpus": 0.25}, early=False)  # a pool its stage may not need
-        assert "late" not in pools.started
+        assert len({ray.get(a.pid.remote(), timeout=120) for a in models}) == 3
+        assert pools.call(os.getpid) in {ray.get(a.pid.remote()) for a in models}  # in a warm actor
     finally:
         pools.stop()
     assert pools.started == {}
+    assert pools.call(os.getpid) != os.getpid()  # no actor left: a task
 
 
 @pytest.mark.parametrize("use_gpu", [False, True])

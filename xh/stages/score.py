@@ -54,11 +54,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from xh import locations, schemas
 from xh.config import XHConfig
-from xh.jsonfiles import InputFileError, read_bytes
 from xh.partitions import (
     VersionLock,
     partition_of,
@@ -72,11 +69,22 @@ from xh.partitions import (
 )
 from xh.pipeline import settings_of
 from xh.pipeline import version_pipeline as build_version
-from xh.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
+from xh.questions import InputLimits, question_files
 from xh.registry import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
-from xh.stages.score_actors import GRAPHS, PARSED, GraphActor, ModelActor, Pools, StageWriter
+from xh.stages.score_actors import (
+    GRAPHS,
+    PARSED,
+    TASK_CPUS,
+    GraphActor,
+    ModelActor,
+    Pools,
+    StageWriter,
+    ids_in_several_files,
+    parse_files,
+    supersede,
+)
 from xh.store import Location, Store
 from xh.tables import (
     BATCH_STAGE,
@@ -159,41 +167,6 @@ def _settings(cfg: XHConfig, model: dict, places: Places, snapshot: str) -> dict
     }
 
 
-# --- the stages' work: Ray Data batches ------------------------------------------------------------
-
-
-def parse_files(batch: dict, store: Store | None = None, limits: InputLimits | None = None) -> pa.Table:
-    """Ray Data: a batch of file URIs (of `store`, default: the environment's) -> their questions (with the
-    file and position each came from) and quarantined records. The task reads the raw bytes itself: Ray's
-    readers decompress by extension and fail a whole run on a truncated .bz2."""
-    rows, store = [], store or Store()
-    for uri in map(str, batch["uri"]):
-        try:
-            questions, quarantined = parse_question_file(
-                uri, read_bytes(store.at(uri)), limits or InputLimits(), located=True
-            )
-        except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
-            questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
-        rows += questions + quarantined
-    return pa.Table.from_pylist(rows, schema=PARSED)
-
-
-def supersede(batch: pa.Table, winners: dict[str, str]) -> pa.Table:
-    """Ray Data: the parsed rows whose id a later file of the run also has become quarantine rows."""
-    rows = batch.to_pylist()
-    for row in rows:
-        winner = winners.get(row["qid"]) if row["reason"] is None else None
-        if winner is not None and row["source"] != winner:
-            row["reason"] = superseded_by(winner)
-            row["raw"] = json.dumps({"qid": row["qid"], "question": row["question"]})[: schemas.RAW_LIMIT]
-    return pa.Table.from_pylist(rows, schema=PARSED)
-
-
-def _ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
-    """A Ray task: the usable rows' (qid, source) blocks -> `xh.questions.later_files`."""
-    return later_files(pa.concat_tables(blocks)) if blocks else {}
-
-
 # --- the three stages as Ray Datasets --------------------------------------------------------------
 
 
@@ -211,7 +184,7 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     if len(inputs) < 2:
         return parsed
     ids = parsed.filter(expr=col("reason").is_null(), num_cpus=0.25).select_columns(["qid", "source"])
-    winners = ray.get(ray.remote(num_cpus=0.25)(_ids_in_several_files).remote(*ids.to_arrow_refs()))
+    winners = ray.get(ray.remote(num_cpus=0.25)(ids_in_several_files).remote(*ids.to_arrow_refs()))
     if not winners:
         return parsed
     return parsed.map_batches(
@@ -219,9 +192,8 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     )
 
 
-def _pools(job: ScoreJob, stages: Stages, use_gpu: bool) -> Pools:
-    """The run's graph and model actors, started now where the cluster has room (their loading overlaps the
-    parse stage): the graph actors only when the graphs stage is not finished already (resumed)."""
+def _pools(job: ScoreJob, use_gpu: bool) -> Pools:
+    """The run's graph and model pools (`score_actors.Pools`), none of their actors started yet."""
     import ray
 
     cfg, places, model, sc = job.cfg, job.places, job.model, job.cfg.score
@@ -233,7 +205,6 @@ def _pools(job: ScoreJob, stages: Stages, use_gpu: bool) -> Pools:
         GraphActor,
         sc.workers,
         {"num_cpus": sc.cpus_per_worker},
-        early=(read_marker(stages.staging.join("graphs")) or {}).get("kind") != BATCH_STAGE,
         **graph_args,
         classifier=sc.question_classifier,
     )
@@ -267,12 +238,28 @@ def model_options(sc, use_gpu: bool) -> dict:
     return {"num_cpus": sc.inference_cpus, "num_gpus": 1 if use_gpu else 0}
 
 
-def _stage(pools: Pools, pool: str, source: Location, batch_size: int):
-    """A stage of `pool`'s actors over the usable rows of the finished stage `source`; with none, an empty
-    stage (`xh.tables.write_stage` writes its schema), and a pool not started yet is not started for it."""
-    if not usable_rows(source):
-        return StageWriter([], source, batch_size)
-    return StageWriter(pools.actors(pool), source, batch_size)
+def _start_early(pools: Pools, sc, graphs_done: bool) -> None:
+    """Before the parse stage: one graph actor (unless the graphs stage is resumed) and one model actor,
+    where the cluster keeps room for the parse stage's tasks; the model actor only where the whole graph
+    pool fits beside it (a graph actor waiting for the CPUs an idle model actor holds would never start)."""
+    room = pools.cpus - TASK_CPUS
+    if not graphs_done:
+        pools.start("graphs", 1, room=room)
+    if pools.held({"graphs": 0 if graphs_done else sc.workers, "models": 1}) <= room:
+        pools.start("models", 1, room=room)
+
+
+def _stage(pools: Pools, pool: str, source: Location, sc):
+    """A stage of `pool`'s actors over the usable rows of the finished stage `source`, as many actors as its
+    rows fill blocks for (`Pools.wanted`); with no rows, an empty stage (`xh.tables.write_stage` writes its
+    schema), and no actor started for it."""
+    rows = usable_rows(source)
+    if not rows:
+        return StageWriter([], source, sc.batch_size)
+    actors = pools.start(pool, pools.wanted(pool, rows, sc.batch_size))
+    if pool == "graphs":  # the model actors the rows want, loading now where they fit beside the graph pool
+        pools.start("models", pools.wanted("models", rows, sc.batch_size), room=pools.cpus)
+    return StageWriter(actors, source, sc.batch_size)
 
 
 def _write_quarantine(stages: list[Location], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
@@ -457,22 +444,22 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-    pools = _pools(job, stages, use_gpu)
+    pools = _pools(job, use_gpu)
     try:
+        _start_early(
+            pools, sc, graphs_done=(read_marker(places.staging.join("graphs")) or {}).get("kind") == BATCH_STAGE
+        )
         parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
-        graphs = stages.run("graphs", lambda: _stage(pools, "graphs", parsed, sc.batch_size), schema=GRAPHS)
+        graphs = stages.run("graphs", lambda: _stage(pools, "graphs", parsed, sc), schema=GRAPHS)
         pools.stop("graphs")
         # never resumed: a run that failed while moving its predictions left that stage incomplete
         predictions = stages.run(
-            "inference",
-            lambda: _stage(pools, "models", graphs, sc.batch_size),
-            resume=False,
-            schema=schemas.PREDICTIONS,
+            "inference", lambda: _stage(pools, "models", graphs, sc), resume=False, schema=schemas.PREDICTIONS
         )
+        quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
+        published = _publish(job, pools, predictions, _unreadable(parsed), mlflow_run_id)
     finally:
         pools.stop()
-    quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
-    published = _publish(job, predictions, _unreadable(parsed), mlflow_run_id)
     stages.clear()
     return {
         "predictions": published["rows"],  # this run's
@@ -486,21 +473,15 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     }
 
 
-def _publish(job: ScoreJob, predictions: Location, unreadable: set[str], mlflow_run_id: str) -> dict:
+def _publish(job: ScoreJob, pools: Pools, predictions: Location, unreadable: set[str], mlflow_run_id: str) -> dict:
     """The run's predictions and its record of the files it scored into the partition, in one publish
-    under the version's lock (`xh.partitions.publish`)."""
-    import ray
-
+    under the version's lock (`xh.partitions.publish`); the merge is planned in a warm model actor."""
     places, sc = job.places, job.cfg.score
     record = places.staging.join("inputs.json")
     scored = {u: d for u, d in job.digests.items() if u not in unreadable}
     write_inputs_record(record, scored, mlflow_run_id=mlflow_run_id, run=job.run_id, model=job.model)
     kept = places.staging.join("kept")
-    plan = ray.get(
-        ray.remote(num_cpus=0.25)(plan_merge).remote(
-            predictions, places.partition, kept, mlflow_run_id, sc.replace, record
-        )
-    )
+    plan = pools.call(plan_merge, predictions, places.partition, kept, mlflow_run_id, sc.replace, record)
     start = time.perf_counter()
     log(f"publish: start, {plan['rows']} rows into {places.partition.uri}")
     files = publish(plan, places.partition, job.lock, inputs=scored, run=job.run_id, mlflow_run_id=mlflow_run_id)

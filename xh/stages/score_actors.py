@@ -22,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from xh import schemas
-from xh.store import Location
+from xh.jsonfiles import InputFileError, read_bytes
+from xh.questions import InputLimits, later_files, parse_question_file, superseded_by
+from xh.store import Location, Store
 from xh.tables import with_quarantine
 
 QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
@@ -33,6 +35,44 @@ TASK_CPUS = 0.25  # what each Ray task of a run asks (parse, the publish plan): 
 log = logging.getLogger("xh.score").info
 
 RETRIES = 2  # an actor killed (out of memory) is restarted and its block run again: a block's file is written whole
+
+
+# --- the parse stage's tasks (Ray Data), in this light module: a parse worker imports no MLflow ----------
+
+
+def parse_files(batch: dict, store: Store | None = None, limits: InputLimits | None = None) -> pa.Table:
+    """Ray Data: a batch of file URIs (of `store`, default: the environment's) -> their questions (with the
+    file and position each came from) and quarantined records. The task reads the raw bytes itself: Ray's
+    readers decompress by extension and fail a whole run on a truncated .bz2."""
+    rows, store = [], store or Store()
+    for uri in map(str, batch["uri"]):
+        try:
+            questions, quarantined = parse_question_file(
+                uri, read_bytes(store.at(uri)), limits or InputLimits(), located=True
+            )
+        except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
+            questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
+        rows += questions + quarantined
+    return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def supersede(batch: pa.Table, winners: dict[str, str]) -> pa.Table:
+    """Ray Data: the parsed rows whose id a later file of the run also has become quarantine rows."""
+    rows = batch.to_pylist()
+    for row in rows:
+        winner = winners.get(row["qid"]) if row["reason"] is None else None
+        if winner is not None and row["source"] != winner:
+            row["reason"] = superseded_by(winner)
+            row["raw"] = json.dumps({"qid": row["qid"], "question": row["question"]})[: schemas.RAW_LIMIT]
+    return pa.Table.from_pylist(rows, schema=PARSED)
+
+
+def ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
+    """A Ray task: the usable rows' (qid, source) blocks -> `xh.questions.later_files`."""
+    return later_files(pa.concat_tables(blocks)) if blocks else {}
+
+
+# --- the pools ----------------------------------------------------------------------------------------
 
 
 def block_count(rows: int, batch_size: int, actors: int) -> int:
@@ -82,6 +122,10 @@ class _Worker:
 
     def rows(self, batch: pa.Table) -> pa.Table:
         raise NotImplementedError
+
+    def call(self, fn, *args):
+        """A short task of the run in this warm process (`Pools.call`), not in a worker started for it."""
+        return fn(*args)
 
 
 class GraphActor(_Worker):
@@ -168,31 +212,49 @@ class StageWriter:
 
 
 class Pools:
-    """A run's actor pools by name. `add` starts a pool at once when the cluster has room for it besides
-    the pools started before it and the run's tasks (`TASK_CPUS`: actors that held every CPU would starve
-    the parse stage's tasks, a run that never starts); otherwise `actors` starts it when its stage begins,
-    and Ray then places it when the pool before it has been stopped."""
+    """A run's actor pools by name (`add`), each started actor by actor (`start`): a pool's first actor when
+    the run starts where there is room for it besides the run's tasks (`TASK_CPUS`: actors that held every
+    CPU would starve the parse stage's tasks, a run that never starts), the others once the rows to score
+    are known, so that a small run loads one index and one model, not a pool of each."""
 
     def __init__(self, cluster_cpus: float):
-        self.room = cluster_cpus - TASK_CPUS
+        self.cpus = cluster_cpus
         self.specs: dict[str, tuple] = {}
         self.started: dict[str, list] = {}
 
-    def add(self, name: str, cls, count: int, options: dict, early: bool = True, **kwargs) -> None:
-        self.specs[name] = (cls, count, options, kwargs)
-        cpus = count * options.get("num_cpus", 1)
-        if early and cpus <= self.room:
-            self.room -= cpus
-            self.actors(name)
+    def add(self, name: str, cls, size: int, options: dict, **kwargs) -> None:
+        self.specs[name] = (cls, size, options, kwargs)
 
-    def actors(self, name: str) -> list:
-        if name not in self.started:
-            cls, count, options, kwargs = self.specs[name]
-            self.started[name] = start_actors(cls, count, options, **kwargs)
-        return self.started[name]
+    def held(self, wanted: dict[str, int] | None = None) -> float:
+        """The CPUs the started actors reserve, or with `wanted` ({pool: actors}) those pools would reserve."""
+        counts = {name: len(actors) for name, actors in self.started.items()} | (wanted or {})
+        return sum(n * self.specs[name][2].get("num_cpus", 1) for name, n in counts.items())
+
+    def wanted(self, name: str, rows: int, batch_size: int) -> int:
+        """The actors worth starting for `rows`: one per block of `batch_size`, at most the pool's size."""
+        return max(1, min(self.specs[name][1], -(-rows // batch_size)))
+
+    def start(self, name: str, count: int, room: float | None = None) -> list:
+        """The pool's actors, `count` of them at least (its size at most), the missing ones started now; with
+        `room`, only when every started actor and these fit in `room` CPUs."""
+        cls, size, options, kwargs = self.specs[name]
+        have = self.started.setdefault(name, [])
+        missing = min(size, count) - len(have)
+        if missing > 0 and (room is None or self.held({name: len(have) + missing}) <= room):
+            have += start_actors(cls, missing, options, **kwargs)
+        return have
+
+    def call(self, fn, *args):
+        """`fn(*args)` in a started actor (its process and imports are warm), else in a Ray task."""
+        import ray
+
+        actors = [a for pool in self.started.values() for a in pool]
+        if actors:
+            return ray.get(actors[0].call.remote(fn, *args))
+        return ray.get(ray.remote(num_cpus=TASK_CPUS)(fn).remote(*args))
 
     def stop(self, *names: str) -> None:
-        """The named pools' actors ended (every pool's without names); a pool not started is not started."""
+        """The named pools' actors ended (every pool's without names)."""
         import ray
 
         for name in names or list(self.started):
