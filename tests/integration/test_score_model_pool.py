@@ -16,6 +16,10 @@ from xh.stages.score_actors import TASK_CPUS, ModelActor, Pools, _Worker
 pytestmark = pytest.mark.integration
 
 
+def _pid() -> int:
+    return os.getpid()
+
+
 class _Probe(_Worker):
     def pid(self) -> int:
         return os.getpid()
@@ -40,11 +44,11 @@ def test_pools_start_where_the_cluster_has_room_and_the_run_keeps_a_cpu_share_fo
         models = pools.start("models", 3)  # without room: started, placed once the graph pool has gone
         pools.stop("graphs")
         assert len({ray.get(a.pid.remote(), timeout=120) for a in models}) == 3
-        assert pools.call(os.getpid) in {ray.get(a.pid.remote()) for a in models}  # in a warm actor
+        assert pools.call(_pid) in {ray.get(a.pid.remote()) for a in models}  # in a warm actor
     finally:
         pools.stop()
     assert pools.started == {}
-    assert pools.call(os.getpid) != os.getpid()  # no actor left: a task
+    assert pools.call(_pid) != os.getpid()  # no actor left: a task
 
 
 @pytest.mark.parametrize("use_gpu", [False, True])

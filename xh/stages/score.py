@@ -7,22 +7,27 @@
 `prepare` checks the inputs, the output (not inside another table), the model version and its pipeline,
 then takes the version's lock (`xh.partitions.VersionLock`: a second run waits `score.lock_wait_s`, then
 is refused in one line), repairs every publish a dead run left under the output (any date, any version)
-and chooses the files to score. `run` runs three Ray Data stages, each written under the run's staging
+and chooses the files to score. `run` runs three stages on Ray, each written under the run's staging
 folder before the next starts (`xh.tables.Stages`, owned by the run's id), so a failed run re-run for the
 same date, model, input files and settings resumes after the last finished stage (staging carries a
 fingerprint of them, `xh.tables.fingerprint`: the files' content, by SHA-256 or S3 ETag; other staging
 is discarded):
 
-    parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
+    parse      (Ray Data tasks) question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
                bad records (and records over `score.max_record_bytes` or questions over
                `score.max_question_chars`) -> quarantine with the reason; an id in two files of the
                run: the file last in name order is scored, the other record quarantined
                (`duplicate id: superseded by FILE`), before any graph is built
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
                index, entity linker, link graph, question-type classifier, and the node's copy of the
-               docs and links by id, `xh.graph.docstore`) and builds a batch's graphs
+               docs and links by id, `xh.graph.docstore`) and builds a block's graphs
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
                when there are GPUs)
+
+The pools are the run's own (`xh.stages.score_actors`), not Ray Data's: a pool's first actor starts with
+the run, so the index and the model load while the questions are parsed, the others once the rows to
+score are known (as many as the rows fill blocks for); each actor reads its block of the finished stage
+and writes the block's file of the next.
 
 then publishes the predictions and the record of the files it scored into
 `<output>/run_date=D/model=NAME/version=V/` in one call (`xh.partitions.publish`: a committed manifest
