@@ -188,7 +188,10 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     ).materialize()
     if len(inputs) < 2:
         return parsed
-    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=0.25).select_columns(["qid", "source"])
+    # every task at `TASK_CPUS`: a whole-CPU task finds no node free while the pools load beside the parse
+    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=TASK_CPUS).select_columns(
+        ["qid", "source"], num_cpus=TASK_CPUS
+    )
     winners = ray.get(ray.remote(num_cpus=0.25)(ids_in_several_files).remote(*ids.to_arrow_refs()))
     if not winners:
         return parsed
