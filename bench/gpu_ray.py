@@ -8,8 +8,10 @@ It runs, in one process and one local Ray cluster: `synth` (a generated world, s
 then `train` on Ray Train (V2; `train.use_gpu=true`, NCCL and bf16 autocast on CUDA) once per
 configuration below, each with a randomly initialised backbone of the named size (speed depends on the
 size, not the weights). The first configuration's model is registered, promoted to `@champion` and
-used to `score` the held-out questions with model actors on the GPU, against the same registered model in
-a plain loop (`xh.pipeline.Pipeline`) on the same device, before the other configurations train.
+used to `score` the held-out questions (or with --score-questions N, N new questions over the world's
+documents: 20,000 and more for a steady rate) with model actors on the GPU, against the same registered
+model in a plain loop (`xh.pipeline.Pipeline`) on the same device, before the other configurations train;
+both sides' questions/s, steady questions/s and fixed seconds (the project's: a run of 8 questions).
 
 Training configurations (name: backbone, batching, hop layers):
 
@@ -79,6 +81,8 @@ WORLD = {  # synth sizes and training settings per device
     ),
 }
 REGISTERED = "xh-gpu"
+FIXED_QUESTIONS = 8  # the small scoring run whose time is the project's fixed cost (as in bench/score.py)
+SCORE_SEED = 7919  # new scoring questions: another question seed than the world's
 
 
 class Records(list):
@@ -257,35 +261,55 @@ def ratios(records: list[dict]) -> list[dict]:
     return out
 
 
-def promote_and_score(cfg, device: str, records: list[dict]) -> None:
-    """`@challenger` promoted on the held-out graphs, then the held-out questions scored by model actors
-    (a GPU each on CUDA) against the champion in a plain loop on the same device."""
-    from workflows import score
-    from xh.pipeline import Pipeline, settings_of
+def scoring_questions(cfg, store, count: int | None) -> list[dict]:
+    """The questions the scoring run answers: the world's held-out ones, or with `count` that many new
+    questions over the world's documents (`xh.synth.make_questions` with another seed than the world's
+    training questions), so that the world and its training stay the size they are."""
+    from xh import synth
     from xh.stages import demo
-    from xh.storage import locations
-    from xh.storage.store import Store
+
+    if count is None:
+        questions, _ = demo.held_out(cfg, store)
+    else:
+        spec = synth.WorldSpec(num_docs=cfg.synth.num_docs, seed=cfg.synth.seed)
+        questions = synth.make_questions(spec, count, seed=SCORE_SEED, with_context=False)
+    return [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
+
+
+def project_scoring(cfg, rows: list[dict], model: str, device: str) -> dict:
+    """`workflows.score.run` over `FIXED_QUESTIONS` of `rows` twice (its fixed cost: actors started, index and
+    model loaded; the first run also starts the cluster's first workers and reads every file cold, so the
+    second is the fixed cost a run pays), then over all of them; the runs' seconds and the last summary."""
+    from workflows import score
     from xh.storage.uris import join, open_output
 
-    train_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"register_as": REGISTERED})})
-    start = time.perf_counter()
-    promoted = demo.promote_challenger(train_cfg, Store.from_config(train_cfg))
-    emit(
-        {"name": "promote", "seconds": round(time.perf_counter() - start, 2), "promoted": promoted["promoted"]}, records
-    )
+    seconds = {}
+    fixed = rows[:FIXED_QUESTIONS]
+    for name, some in (("cold", fixed), ("fixed", fixed), ("all", rows)):
+        incoming = join(cfg.storage.root, f"incoming-{name}")
+        with open_output(join(incoming, "questions.jsonl")) as out:
+            out.write("".join(json.dumps(r) + "\n" for r in some).encode())
+        update = {
+            "input": incoming,
+            "output": join(cfg.storage.root, f"predictions-{name}"),
+            "model": model,
+            "use_gpu": device == "cuda",
+            "batch_graphs": 32,
+            # the graph half on the CPUs the model actor leaves, in parallel
+            "workers": max(1, cfg.ray.num_cpus // 2),
+            "cpus_per_worker": 1.0 if device == "cuda" else 0.25,
+            "inference_cpus": 1.0 if device == "cuda" else 0.5,
+        }
+        start = time.perf_counter()
+        summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
+        seconds[name] = time.perf_counter() - start
+    return {"cold_s": seconds["cold"], "fixed_s": seconds["fixed"], "all_s": seconds["all"], "summary": summary}
 
-    questions, _ = demo.held_out(cfg, Store.from_config(cfg))
-    incoming = join(cfg.storage.root, "incoming")
-    rows = [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
-    with open_output(join(incoming, "held-out.jsonl")) as out:
-        out.write("".join(json.dumps(r) + "\n" for r in rows).encode())
-    # below the floor no champion exists: the challenger is scored instead (said in the record)
-    alias = "champion" if promoted["promoted"] else "challenger"
-    model = f"models:/{REGISTERED}@{alias}"
-    update = {"input": incoming, "model": model, "use_gpu": device == "cuda", "batch_graphs": 32}
-    start = time.perf_counter()
-    summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
-    project_s = time.perf_counter() - start
+
+def loop_scoring(cfg, rows: list[dict], model: str) -> dict:
+    """The same questions through `xh.pipeline.Pipeline` in a loop in this process: loading, then answering."""
+    from xh.pipeline import Pipeline, settings_of
+    from xh.storage import locations
 
     start = time.perf_counter()
     retrieval, graph = settings_of(cfg)
@@ -295,20 +319,51 @@ def promote_and_score(cfg, device: str, records: list[dict]) -> None:
     answered = 0
     for i in range(0, len(rows), 64):
         answered += len(pipeline(rows[i : i + 64])[0])
-    loop_s = time.perf_counter() - loaded
+    return {"load_s": loaded - start, "loop_s": time.perf_counter() - loaded, "answered": answered}
+
+
+def promote_and_score(cfg, device: str, records: list[dict], score_questions: int | None = None) -> None:
+    """`@challenger` promoted on the held-out graphs, then the scoring questions (`scoring_questions`)
+    answered by model actors (a GPU each on CUDA) against the champion in a plain loop on the same device:
+    each side's questions/s, steady questions/s (its fixed cost apart) and fixed seconds."""
+    from xh.stages import demo
+    from xh.storage.store import Store
+
+    train_cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"register_as": REGISTERED})})
+    start = time.perf_counter()
+    promoted = demo.promote_challenger(train_cfg, Store.from_config(train_cfg))
+    emit(
+        {"name": "promote", "seconds": round(time.perf_counter() - start, 2), "promoted": promoted["promoted"]}, records
+    )
+    rows = scoring_questions(cfg, Store.from_config(cfg), score_questions)
+    # below the floor no champion exists: the challenger is scored instead (said in the record)
+    model = f"models:/{REGISTERED}@{'champion' if promoted['promoted'] else 'challenger'}"
+    project = project_scoring(cfg, rows, model, device)
+    loop = loop_scoring(cfg, rows, model)
+    predictions, summary = project["summary"]["predictions"], project["summary"]
+    project_qps = predictions / project["all_s"]
+    steady_s = project["all_s"] - project["fixed_s"]
+    project_steady = (predictions - FIXED_QUESTIONS) / steady_s if steady_s > 0 else None  # None: noise won
+    loop_qps, loop_steady = loop["answered"] / (loop["load_s"] + loop["loop_s"]), loop["answered"] / loop["loop_s"]
     emit(
         {
             "name": "score",
             "model": model,
             "questions": len(rows),
-            "predictions": summary["predictions"],
+            "held_out": score_questions is None,  # else new questions over the world's documents
+            "predictions": predictions,
             "use_gpu": summary.get("use_gpu"),
-            "project_qps": round(summary["predictions"] / project_s, 2),
-            "plain_loop_qps": round(answered / (loaded - start + loop_s), 2),
-            "plain_loop_steady_qps": round(answered / loop_s, 2),
-            "ratio": round((summary["predictions"] / project_s) / (answered / (loaded - start + loop_s)), 3),
-            "project_seconds": round(project_s, 2),
-            "plain_loop_load_s": round(loaded - start, 2),
+            "project_qps": round(project_qps, 2),
+            "project_steady_qps": round(project_steady, 2) if project_steady else None,
+            "project_fixed_s": round(project["fixed_s"], 2),
+            "project_first_fixed_s": round(project["cold_s"], 2),  # the cluster's first run
+            "plain_loop_qps": round(loop_qps, 2),
+            "plain_loop_steady_qps": round(loop_steady, 2),
+            "plain_loop_fixed_s": round(loop["load_s"], 2),
+            "ratio": round(project_qps / loop_qps, 3),
+            "ratio_steady": round(project_steady / loop_steady, 3) if project_steady else None,
+            "project_seconds": round(project["all_s"], 2),
+            "stage_seconds": summary["seconds"],
         },
         records,
     )
@@ -346,6 +401,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--epochs", type=int, default=None, help="training epochs (default: per device)")
     parser.add_argument("--worker-cpus", type=int, default=None, help="CPUs of the training worker")
     parser.add_argument("--encode", type=int, default=None, help="encoding processes of the training worker")
+    parser.add_argument(
+        "--score-questions",
+        type=int,
+        default=None,
+        help="new questions over the world's documents to score (default: the world's held-out questions)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -379,7 +440,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         # the registered run is promoted and scored before the others train, so that a call cut short
         # by its time limit still ends with predictions of a GPU-trained model
         train_runs(cfg, args.runs[:1], backbones, records, register=True)
-        promote_and_score(cfg, args.device, records)
+        promote_and_score(cfg, args.device, records, args.score_questions)
         train_runs(cfg, args.runs[1:], backbones, records, register=False)
         for row in ratios(records):
             emit(row, records)

@@ -146,6 +146,13 @@ def main() -> None:
         default=0.5,
         help="CPUs of each model actor (leave some of the cluster to the read and write tasks)",
     )
+    parser.add_argument(
+        "--graph-cpus",
+        type=float,
+        default=0.25,
+        help="CPUs each graph actor reserves (the graph half is a few percent of the work: a small share lets "
+        "the model actors start loading beside the graph actors, `xh.stages.score_actors.Pools`)",
+    )
     parser.add_argument("--inference-threads", type=int, default=1, help="torch threads of each model actor")
     # 256: fewer, larger blocks, so fewer Ray tasks and output files per question
     parser.add_argument("--batch-size", type=int, default=256, help="questions per actor call")
@@ -177,7 +184,7 @@ def main() -> None:
                     f"score.output={work / 'predictions' / folder}",
                     "score.model=models:/xh-bench@champion",
                     f"score.workers={workers}",
-                    f"score.cpus_per_worker={min(1.0, 0.9 * args.num_cpus / workers)}",
+                    f"score.cpus_per_worker={args.graph_cpus}",
                     f"score.inference_workers={workers}",
                     f"score.inference_cpus={args.inference_cpus}",
                     f"score.inference_threads={args.inference_threads}",
@@ -241,7 +248,7 @@ def main() -> None:
 
 def scored_index(dates: list[int], files_per_date: int = 3, repeat: int = 20) -> dict:
     """The cost of reading the scored-inputs record as past dates accumulate (local files, no Ray): the
-    project's one index per model version (`xh.partitions.scored_inputs`) against the landed scan of
+    project's one index per model version (`xh.storage.partitions.scored_inputs`) against the landed scan of
     every run_date partition's `_inputs-*.json` (the baseline, re-implemented here), at each count of
     `dates`; milliseconds per read (best of `repeat`)."""
     import posixpath

@@ -150,7 +150,7 @@ def test_two_questions_of_one_id_in_a_batch_never_share_evidence(synth_tables):
 
 
 def test_a_stage_goes_to_its_pool_in_blocks_of_at_most_the_batch_size_a_multiple_of_the_actors():
-    from xh.stages.score import block_count
+    from xh.stages.score_actors import block_count
 
     assert block_count(1000, 64, 4) == 16  # 16 blocks of at most 64 rows, 4 rounds of 4 actors
     assert block_count(1000, 250, 3) == 6  # 4 blocks would leave one actor working alone in a last round

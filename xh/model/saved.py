@@ -48,7 +48,7 @@ class NotASavedModel(FileNotFoundError, ValueError):
 def pretrained_backbone(name_or_path: str | Path, **kwargs) -> torch.nn.Module:
     """`AutoModel.from_pretrained` in float32 (whatever the checkpoint's dtype); a one-line error otherwise.
 
-    The name goes through `xh.backbones.resolve_backbone` first: None or the MiniLM hub name become the offline
+    The name goes through `xh.model.backbones.resolve_backbone` first: None or the MiniLM hub name become the offline
     copy, an s3:// folder this node's cached copy.
     """
     from transformers import AutoModel

@@ -5,27 +5,32 @@
     summary = run(job)           # parse -> graphs -> inference (Ray, joined by the caller) -> publish -> log
 
 `prepare` checks the inputs, the output (not inside another table), the model version and its pipeline,
-then takes the version's lock (`xh.partitions.VersionLock`: a second run waits `score.lock_wait_s`, then
+then takes the version's lock (`xh.storage.partitions.VersionLock`: a second run waits `score.lock_wait_s`, then
 is refused in one line), repairs every publish a dead run left under the output (any date, any version)
-and chooses the files to score. `run` runs three Ray Data stages, each written under the run's staging
-folder before the next starts (`xh.tables.Stages`, owned by the run's id), so a failed run re-run for the
+and chooses the files to score. `run` runs three stages on Ray, each written under the run's staging
+folder before the next starts (`xh.storage.tables.Stages`, owned by the run's id), so a failed run re-run for the
 same date, model, input files and settings resumes after the last finished stage (staging carries a
-fingerprint of them, `xh.tables.fingerprint`: the files' content, by SHA-256 or S3 ETag; other staging
+fingerprint of them, `xh.storage.tables.fingerprint`: the files' content, by SHA-256 or S3 ETag; other staging
 is discarded):
 
-    parse      question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.questions`);
+    parse      (Ray Data tasks) question files (JSON lines, JSON arrays or Parquet) -> rows (`xh.inputs.questions`);
                bad records (and records over `score.max_record_bytes` or questions over
                `score.max_question_chars`) -> quarantine with the reason; an id in two files of the
                run: the file last in name order is scored, the other record quarantined
                (`duplicate id: superseded by FILE`), before any graph is built
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
                index, entity linker, link graph, question-type classifier, and the node's copy of the
-               docs and links by id, `xh.graph.docstore`) and builds a batch's graphs
+               docs and links by id, `xh.graph.docstore`) and builds a block's graphs
     inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
                when there are GPUs)
 
+The pools are the run's own (`xh.stages.score_actors`), not Ray Data's: a pool's first actor starts with
+the run, so the index and the model load while the questions are parsed, the others once the rows to
+score are known (as many as the rows fill blocks for); each actor reads its block of the finished stage
+and writes the block's file of the next.
+
 then publishes the predictions and the record of the files it scored into
-`<output>/run_date=D/model=NAME/version=V/` in one call (`xh.partitions.publish`: a committed manifest
+`<output>/run_date=D/model=NAME/version=V/` in one call (`xh.storage.partitions.publish`: a committed manifest
 that readers follow), and logs the run to MLflow. The partition holds every input scored for that date
 and model: a run adds its rows, replacing those of the qids it scored again; `score.replace=true` makes
 the run's predictions the whole partition.
@@ -35,7 +40,7 @@ every row of a run comes from the same model, and the graphs are built with that
 (`version_pipeline`: its retrieval and graph settings, models and index; the config gives resources and
 locations; a differing setting is refused unless `score.allow_drift`, and then recorded in each row).
 With `score.incremental=true` (the scheduled runs) a run scores only the input files this model version
-has not scored with the same content (URI and SHA-256 or S3 ETag; `xh.partitions.scored_inputs`, one
+has not scored with the same content (URI and SHA-256 or S3 ETag; `xh.storage.partitions.scored_inputs`, one
 index per version), whatever their run date, and, after a promotion, only those delivered since the
 version became champion (the backlog rule, `_watermark`: `score.since`, `score.rescore`); `{run_date}`
 in `score.input` becomes the run date. Quarantined rows land in `<output>/quarantine/<partition>/inputs-
@@ -54,18 +59,27 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from xh import schemas
 from xh.config import XHConfig
-from xh.inputs.questions import InputLimits, later_files, parse_question_file, question_files, superseded_by
-from xh.pipeline import Pipeline, prediction_row, question_type_of, settings_of
+from xh.inputs.questions import InputLimits, question_files
+from xh.pipeline import settings_of
 from xh.pipeline import version_pipeline as build_version
 from xh.registry.versions import parse_model_uri, resolve_model
 from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
+from xh.stages.score_actors import (
+    GRAPHS,
+    PARSED,
+    TASK_CPUS,
+    GraphActor,
+    ModelActor,
+    Pools,
+    StageWriter,
+    ids_in_several_files,
+    parse_files,
+    supersede,
+)
 from xh.storage import locations
-from xh.storage.jsonfiles import InputFileError, read_bytes
 from xh.storage.partitions import (
     VersionLock,
     partition_of,
@@ -79,23 +93,20 @@ from xh.storage.partitions import (
 )
 from xh.storage.store import Location, Store
 from xh.storage.tables import (
+    BATCH_STAGE,
     Stages,
     check_outside_tables,
     content_digest,
     count_rows,
     fingerprint,
-    read_stage,
+    read_marker,
     usable_rows,
-    with_quarantine,
     write_quarantine,
 )
 from xh.tracking import absolute_tracking, configure, log_scoring_lineage, stage_run
 
 log = logging.getLogger("xh.score").info
 
-QUESTION = [pa.field("qid", pa.string()), pa.field("question", pa.string())]
-PARSED = with_quarantine([*QUESTION, pa.field("type", pa.string())])
-GRAPHS = with_quarantine([*QUESTION, pa.field("graph", pa.string())])  # the GRAPHS row as JSON
 
 # what changes where resources change, not the predictions: not part of the staging fingerprint
 # (nor `replace`, which decides only how the predictions are published, nor `incremental`, which decides
@@ -109,7 +120,7 @@ RESOURCES = {"workers", "cpus_per_worker", "inference_workers", "inference_cpus"
 @dataclass(frozen=True)
 class Places:
     """Where one run for a date and model version reads and writes (every one a Location of the run's store).
-    The places under the predictions root are the stage's own: `xh.locations` gives the root."""
+    The places under the predictions root are the stage's own: `xh.storage.locations` gives the root."""
 
     index: Location
     tables: Location
@@ -162,96 +173,6 @@ def _settings(cfg: XHConfig, model: dict, places: Places, snapshot: str) -> dict
     }
 
 
-# --- the stages' work: Ray Data batches ------------------------------------------------------------
-
-
-def parse_files(batch: dict, store: Store | None = None, limits: InputLimits | None = None) -> pa.Table:
-    """Ray Data: a batch of file URIs (of `store`, default: the environment's) -> their questions (with the
-    file and position each came from) and quarantined records. The task reads the raw bytes itself: Ray's
-    readers decompress by extension and fail a whole run on a truncated .bz2."""
-    rows, store = [], store or Store()
-    for uri in map(str, batch["uri"]):
-        try:
-            questions, quarantined = parse_question_file(
-                uri, read_bytes(store.at(uri)), limits or InputLimits(), located=True
-            )
-        except InputFileError as e:  # gone or unreadable since it was listed: one row, the other files go on
-            questions, quarantined = [], [{"source": uri, "position": -1, "reason": "unreadable file", "raw": str(e)}]
-        rows += questions + quarantined
-    return pa.Table.from_pylist(rows, schema=PARSED)
-
-
-def supersede(batch: pa.Table, winners: dict[str, str]) -> pa.Table:
-    """Ray Data: the parsed rows whose id a later file of the run also has become quarantine rows."""
-    rows = batch.to_pylist()
-    for row in rows:
-        winner = winners.get(row["qid"]) if row["reason"] is None else None
-        if winner is not None and row["source"] != winner:
-            row["reason"] = superseded_by(winner)
-            row["raw"] = json.dumps({"qid": row["qid"], "question": row["question"]})[: schemas.RAW_LIMIT]
-    return pa.Table.from_pylist(rows, schema=PARSED)
-
-
-def _ids_in_several_files(*blocks: pa.Table) -> dict[str, str]:
-    """A Ray task: the usable rows' (qid, source) blocks -> `xh.questions.later_files`."""
-    return later_files(pa.concat_tables(blocks)) if blocks else {}
-
-
-class _GraphActor:
-    """The pipeline's graph half, loaded once; questions in, graphs (or quarantine rows) out."""
-
-    def __init__(self, **load_args):
-        self.pipeline = Pipeline.load(**load_args)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        graphs, quarantined = self.pipeline.graphs(batch.select(["qid", "question", "type"]).to_pylist())
-        rows = [{"qid": g["qid"], "question": g["question"], "graph": json.dumps(g, default=str)} for g in graphs]
-        return pa.Table.from_pylist(rows + quarantined, schema=GRAPHS)
-
-
-class _InferenceActor:
-    """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out."""
-
-    def __init__(
-        self,
-        model: dict,
-        provenance: dict,
-        batch_graphs: int,
-        block: int,
-        threads: int | None,
-        mlflow_cfg,
-        store: Store,
-        corpus_cache: Location | None = None,
-    ):
-        import torch
-
-        if threads:  # Ray gives a fractional-CPU actor one thread
-            torch.set_num_threads(threads)
-        configure(mlflow_cfg, store)
-        # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
-        # window pads less (`xh.inference.predict_graphs`)
-        self.pipeline = Pipeline.load(
-            model=f"models:/{model['name']}/{model['version']}",
-            batch_graphs=batch_graphs,
-            sort_window=max(1, -(-block // batch_graphs)),
-        )
-        self.provenance = provenance
-        from xh.model.variants import architecture
-
-        if corpus_cache:
-            # DocHopper's paragraph embeddings of this version and corpus snapshot, shared by every actor and run
-            architecture(self.pipeline.model).use_corpus_cache(self.pipeline.model, corpus_cache)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        questions, graphs = batch["question"].to_pylist(), [json.loads(g) for g in batch["graph"].to_pylist()]
-        predictions = self.pipeline.predict(graphs)
-        rows = [
-            prediction_row(q, p) | question_type_of(g) | self.provenance
-            for q, p, g in zip(questions, predictions, graphs)
-        ]
-        return pa.Table.from_pylist(rows, schema=schemas.PREDICTIONS)
-
-
 # --- the three stages as Ray Datasets --------------------------------------------------------------
 
 
@@ -268,8 +189,11 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     ).materialize()
     if len(inputs) < 2:
         return parsed
-    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=0.25).select_columns(["qid", "source"])
-    winners = ray.get(ray.remote(num_cpus=0.25)(_ids_in_several_files).remote(*ids.to_arrow_refs()))
+    # every task at `TASK_CPUS`: a whole-CPU task finds no node free while the pools load beside the parse
+    ids = parsed.filter(expr=col("reason").is_null(), num_cpus=TASK_CPUS).select_columns(
+        ["qid", "source"], num_cpus=TASK_CPUS
+    )
+    winners = ray.get(ray.remote(num_cpus=0.25)(ids_in_several_files).remote(*ids.to_arrow_refs()))
     if not winners:
         return parsed
     return parsed.map_batches(
@@ -277,58 +201,22 @@ def _parse(inputs: list[str], store: Store, limits: InputLimits):
     )
 
 
-def block_count(rows: int, batch_size: int, actors: int) -> int:
-    """How many blocks a stage's `rows` go to its pool in: at most `batch_size` rows each, and a multiple of
-    the pool's `actors`, so that the actors finish together. Blocks of a fixed size leave a last round in
-    which one actor works and the others wait (what it cost: docs/results/scoring.md, batch scoring)."""
-    blocks = -(-max(1, -(-rows // batch_size)) // actors) * actors
-    return max(1, min(rows, blocks))
+def _pools(job: ScoreJob, use_gpu: bool) -> Pools:
+    """The run's graph and model pools (`score_actors.Pools`), none of their actors started yet."""
+    import ray
 
-
-def _in_batches(rows, batch_size: int, actors: int):
-    """The stage's rows in equal blocks (`block_count`), one block per actor call
-    (`map_batches(batch_size=None)`). Materialized before the pool starts: the repartition task wants a
-    whole CPU, and actors that hold the rest would starve it (a run that never starts, not a slow one)."""
-    return rows.repartition(block_count(rows.count(), batch_size, actors)).materialize()  # count: Parquet footers
-
-
-def _graphs(parsed: Location, cfg: XHConfig, places: Places):
-    from ray.data import ActorPoolStrategy
-
-    sc, (retrieval, graph) = cfg.score, settings_of(cfg)
-    return _in_batches(read_stage(parsed), sc.batch_size, sc.workers).map_batches(
-        _GraphActor,
-        batch_size=None,  # a whole block a call
-        batch_format="pyarrow",
-        compute=ActorPoolStrategy(size=sc.workers),
-        num_cpus=sc.cpus_per_worker,
-        fn_constructor_kwargs={
-            "index": places.index,
-            "tables": places.tables,
-            "retrieval": retrieval,
-            "graph": graph,
-            "classifier": sc.question_classifier,
-        },
+    cfg, places, model, sc = job.cfg, job.places, job.model, job.cfg.score
+    retrieval, graph = settings_of(cfg)
+    pools = Pools(ray.cluster_resources().get("CPU", 1))
+    graph_args = {"index": places.index, "tables": places.tables, "retrieval": retrieval, "graph": graph}
+    pools.add(
+        "graphs",
+        GraphActor,
+        sc.workers,
+        {"num_cpus": sc.cpus_per_worker},
+        **graph_args,
+        classifier=sc.question_classifier,
     )
-
-
-def model_pool(sc, use_gpu: bool) -> dict:
-    """How the model actors run: a pool of `score.inference_workers`, one GPU each where there are GPUs.
-    On CPUs a call takes a whole block (`_in_batches`); Ray refuses GPU actors without a batch size, so
-    there a call takes `score.batch_size` rows, which is what a block holds at most."""
-    from ray.data import ActorPoolStrategy
-
-    return {
-        "batch_size": sc.batch_size if use_gpu else None,
-        "batch_format": "pyarrow",
-        "compute": ActorPoolStrategy(size=sc.inference_workers),
-        "num_cpus": sc.inference_cpus,
-        "num_gpus": 1 if use_gpu else 0,
-    }
-
-
-def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
-    sc, model = job.cfg.score, job.model
     provenance = {
         "model_name": model["name"],
         "model_version": model["version"],
@@ -337,20 +225,50 @@ def _predictions(graphs: Location, job: ScoreJob, use_gpu: bool):
         "scored_at": dt.datetime.now(dt.UTC).replace(microsecond=0),
         "pipeline_drift": json.dumps(job.drift, sort_keys=True) if job.drift else None,
     }
-    cache = job.places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16])
-    return _in_batches(read_stage(graphs), sc.batch_size, sc.inference_workers).map_batches(
-        _InferenceActor,
-        **model_pool(sc, use_gpu),
-        fn_constructor_args=(model, provenance, sc.batch_graphs, sc.batch_size, sc.inference_threads, job.cfg.mlflow),
-        fn_constructor_kwargs={"store": graphs.store, "corpus_cache": cache},
+    pools.add(
+        "models",
+        ModelActor,
+        sc.inference_workers,
+        model_options(sc, use_gpu),
+        model=model,
+        provenance=provenance,
+        batch_graphs=sc.batch_graphs,
+        block=sc.batch_size,
+        threads=sc.inference_threads,
+        mlflow_cfg=cfg.mlflow,
+        store=places.output.store,
+        cache=places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16]),
     )
+    return pools
 
 
-def _no_rows(schema: pa.Schema):
-    """A stage with nothing to do (no usable row came in): no actor pool loads an index or a model for it."""
-    import ray.data
+def model_options(sc, use_gpu: bool) -> dict:
+    """How the model actors run: `score.inference_cpus` each, and one GPU each where there are GPUs."""
+    return {"num_cpus": sc.inference_cpus, "num_gpus": 1 if use_gpu else 0}
 
-    return ray.data.from_arrow(schema.empty_table())
+
+def _start_early(pools: Pools, sc, graphs_done: bool) -> None:
+    """Before the parse stage: one graph actor (unless the graphs stage is resumed) and one model actor,
+    where the cluster keeps room for the parse stage's tasks; the model actor only where the whole graph
+    pool fits beside it (a graph actor waiting for the CPUs an idle model actor holds would never start)."""
+    room = pools.cpus - TASK_CPUS
+    if not graphs_done:
+        pools.start("graphs", 1, room=room)
+    if pools.held({"graphs": 0 if graphs_done else sc.workers, "models": 1}) <= room:
+        pools.start("models", 1, room=room)
+
+
+def _stage(pools: Pools, pool: str, source: Location, sc):
+    """A stage of `pool`'s actors over the usable rows of the finished stage `source`, as many actors as its
+    rows fill blocks for (`Pools.wanted`); with no rows, an empty stage (`xh.storage.tables.write_stage` writes its
+    schema), and no actor started for it."""
+    rows = usable_rows(source)
+    if not rows:
+        return StageWriter([], source, sc.batch_size)
+    actors = pools.start(pool, pools.wanted(pool, rows, sc.batch_size))
+    if pool == "graphs":  # the model actors the rows want, loading now where they fit beside the graph pool
+        pools.start("models", pools.wanted("models", rows, sc.batch_size), room=pools.cpus)
+    return StageWriter(actors, source, sc.batch_size)
 
 
 def _write_quarantine(stages: list[Location], root: Location, inputs: list[str], replace: bool) -> dict[str, int]:
@@ -535,19 +453,22 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
     limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
-    parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
-    graphs = stages.run(
-        "graphs", lambda: _graphs(parsed, cfg, places) if usable_rows(parsed) else _no_rows(GRAPHS), schema=GRAPHS
-    )
-    # never resumed: a run that failed while moving its predictions left that stage incomplete
-    predictions = stages.run(
-        "inference",
-        lambda: _predictions(graphs, job, use_gpu) if usable_rows(graphs) else _no_rows(schemas.PREDICTIONS),
-        resume=False,
-        schema=schemas.PREDICTIONS,
-    )
-    quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
-    published = _publish(job, predictions, _unreadable(parsed), mlflow_run_id)
+    pools = _pools(job, use_gpu)
+    try:
+        _start_early(
+            pools, sc, graphs_done=(read_marker(places.staging.join("graphs")) or {}).get("kind") == BATCH_STAGE
+        )
+        parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
+        graphs = stages.run("graphs", lambda: _stage(pools, "graphs", parsed, sc), schema=GRAPHS)
+        pools.stop("graphs")
+        # never resumed: a run that failed while moving its predictions left that stage incomplete
+        predictions = stages.run(
+            "inference", lambda: _stage(pools, "models", graphs, sc), resume=False, schema=schemas.PREDICTIONS
+        )
+        quarantine = _write_quarantine([parsed, graphs], places.quarantine, inputs, sc.replace)
+        published = _publish(job, pools, predictions, _unreadable(parsed), mlflow_run_id)
+    finally:
+        pools.stop()
     stages.clear()
     return {
         "predictions": published["rows"],  # this run's
@@ -561,21 +482,15 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
     }
 
 
-def _publish(job: ScoreJob, predictions: Location, unreadable: set[str], mlflow_run_id: str) -> dict:
+def _publish(job: ScoreJob, pools: Pools, predictions: Location, unreadable: set[str], mlflow_run_id: str) -> dict:
     """The run's predictions and its record of the files it scored into the partition, in one publish
-    under the version's lock (`xh.partitions.publish`)."""
-    import ray
-
+    under the version's lock (`xh.storage.partitions.publish`); the merge is planned in a warm model actor."""
     places, sc = job.places, job.cfg.score
     record = places.staging.join("inputs.json")
     scored = {u: d for u, d in job.digests.items() if u not in unreadable}
     write_inputs_record(record, scored, mlflow_run_id=mlflow_run_id, run=job.run_id, model=job.model)
     kept = places.staging.join("kept")
-    plan = ray.get(
-        ray.remote(num_cpus=0.25)(plan_merge).remote(
-            predictions, places.partition, kept, mlflow_run_id, sc.replace, record
-        )
-    )
+    plan = pools.call(plan_merge, predictions, places.partition, kept, mlflow_run_id, sc.replace, record)
     start = time.perf_counter()
     log(f"publish: start, {plan['rows']} rows into {places.partition.uri}")
     files = publish(plan, places.partition, job.lock, inputs=scored, run=job.run_id, mlflow_run_id=mlflow_run_id)
