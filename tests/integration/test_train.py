@@ -119,7 +119,7 @@ def test_two_workers_on_two_nodes_survive_a_killed_worker_and_register_a_model_t
     assert run_data.params["graphs.edge_mode"] == "hyperlink" and run_data.params["graphs.setting"] == "distractor"
     assert run_data.params["graphs.seed"] == "13" and run_data.params["graphs.comparison_full"] == "True"
     # dev questions quarantined at graph building count as misses
-    from xh.train.loop import in_dev_split
+    from xh.train.split import in_dev_split
 
     quarantine = pads.dataset(str(Path(world_graphs).parent / "quarantine" / "hotpot"), format="parquet")
     lost = [json.loads(r["raw"])["qid"] for r in quarantine.to_table().to_pylist()]

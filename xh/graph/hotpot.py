@@ -8,7 +8,7 @@ Two settings, one set of rules for edges and labels:
 
     # distractor: a HotpotQA record's own 10 context paragraphs, no Wikipedia needed
     items, quarantined = read_distractor_questions("hotpot_train_sample500.json")
-    outcome = distractor_graph(items[0].question, items[0].context, GraphsConfig())
+    (outcome,) = distractor_graphs(items[:1], GraphsConfig())
 
 The settings are the `graphs` section of the config (`xh.config.GraphsConfig`, defaults as in the paper),
 and the node choice of the `retrieve` section (`xh.config.RetrieveConfig`), which also proposed the candidates.
@@ -498,12 +498,3 @@ def distractor_graphs(
         ]
         outcomes.append(assemble_graph(question, nodes, mention_links(context), qtype, settings))
     return outcomes
-
-
-def distractor_graph(
-    question: dict,
-    context: list[tuple[str, list[str]]],
-    settings: GraphsConfig,
-    classifier: QuestionClassifier | None = None,
-) -> Outcome:
-    return distractor_graphs([DistractorItem(question, context)], settings, classifier)[0]

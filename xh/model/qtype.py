@@ -39,7 +39,6 @@ recorded name or path; either way the weights' fingerprint must match, or `load`
 from __future__ import annotations
 
 import hashlib
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -298,14 +297,16 @@ def evaluate(classifier: QuestionTypeClassifier, questions: Sequence[str], types
     }
 
 
-# --- labelled question files and the command-line entry ----------------------------------------------
+# --- labelled question files -----------------------------------------------------------------------------
 
 
-def labelled_questions(records: Any, source: str) -> tuple[list[str], list[str], list[dict]]:
-    """HotpotQA-format records -> (questions, types, quarantine rows); every record lands in exactly one."""
+def labelled_questions(records: Any, source: str) -> tuple[list[dict], list[dict]]:
+    """HotpotQA-format records -> (rows {key, question, type}, quarantine rows); every record lands in exactly
+    one. A row's `key` places it in or out of the held-out split (`xh.train.split.in_dev_split`, training's
+    rule): the record's `_id`, or its question text where it has none (HotpotQA's simplified files)."""
     if not isinstance(records, list):
         raise ValueError(f"{source} is not a HotpotQA question file (a JSON array of questions)")
-    questions, types, quarantined = [], [], []
+    rows, quarantined = [], []
     for position, record in enumerate(records, start=1):
         if not isinstance(record, dict):
             reason = "invalid record: not an object"
@@ -316,19 +317,8 @@ def labelled_questions(records: Any, source: str) -> tuple[list[str], list[str],
         elif record["type"] not in QUESTION_TYPES:
             reason = f"unknown type {str(record['type'])[:40]!r}"
         else:
-            questions.append(record["question"].strip())
-            types.append(record["type"])
+            text = record["question"].strip()
+            rows.append({"key": str(record.get("_id") or text), "question": text, "type": record["type"]})
             continue
         quarantined.append(_quarantine(source, position, reason, record))
-    return questions, types, quarantined
-
-
-def holdout_split(questions: Sequence[str], test_fraction: float = 0.2) -> tuple[list[int], list[int]]:
-    """(train rows, test rows): rows ordered by the sha256 of their text, the last `test_fraction` held out.
-
-    It depends on the texts alone, not on the file's order, and a repeated question lands on one side
-    (except for a tie exactly at the cut).
-    """
-    order = sorted(range(len(questions)), key=lambda i: (hashlib.sha256(questions[i].encode()).hexdigest(), i))
-    n_train = len(order) - math.ceil(len(order) * test_fraction)
-    return sorted(order[:n_train]), sorted(order[n_train:])
+    return rows, quarantined

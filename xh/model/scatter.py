@@ -44,8 +44,3 @@ def segment_logsumexp(values: torch.Tensor, index: torch.Tensor, num_segments: i
     """log Σ exp(values) over each segment's rows: [R, ...] -> [num_segments, ...]."""
     peak = segment_max(values.detach(), index, num_segments)
     return segment_sum((values - peak[index]).exp(), index, num_segments).log() + peak
-
-
-def segment_log_softmax(scores: torch.Tensor, index: torch.Tensor, num_segments: int) -> torch.Tensor:
-    """log of `segment_softmax`, computed without forming the probabilities."""
-    return scores - segment_logsumexp(scores, index, num_segments)[index]

@@ -2,7 +2,9 @@
 
 New questions come without a type; scoring and serving ask this classifier (`score.question_classifier`,
 `serve.question_classifier`). It is trained on the questions outside the held-out split (by qid hash, as
-training's `train.dev_fraction`) and measured on the held-out ones, which it never sees.
+training's `train.dev_fraction`: `xh.train.split.in_dev_split`) and measured on the held-out ones, which it
+never sees. A record without a question or a known type is quarantined with its reason: the summary counts
+them, and `<output>/quarantine.jsonl` holds them.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ def output_of(cfg: XHConfig, store: Store) -> Location:
 
 
 def run(cfg: XHConfig, store: Store) -> dict:
-    from xh.model.qtype import QuestionTypeClassifier, evaluate
-    from xh.train.loop import in_dev_split
+    from xh.model.qtype import QuestionTypeClassifier, evaluate, labelled_questions
+    from xh.storage.jsonfiles import read_json
+    from xh.train.split import in_dev_split
 
     q = cfg.qtype
-    questions = json.loads(questions_of(cfg, store).read_bytes())
-    split = {held: [r for r in questions if in_dev_split(r["_id"], q.dev_fraction) == held] for held in (0, 1)}
+    source = questions_of(cfg, store)
+    rows, quarantined = labelled_questions(read_json(source), source.uri)
+    split = {held: [r for r in rows if in_dev_split(r["key"], q.dev_fraction) == held] for held in (0, 1)}
     classifier = QuestionTypeClassifier.train(
         [r["question"] for r in split[0]], [r["type"] for r in split[0]], q.backbone or cfg.model.backbone, seed=q.seed
     )
@@ -46,6 +50,12 @@ def run(cfg: XHConfig, store: Store) -> dict:
             output.upload(folder)
     else:
         classifier.save(output.fs_path()[1])
+    output.join("quarantine.jsonl").write_bytes("".join(json.dumps(r) + "\n" for r in quarantined).encode())
     report = evaluate(classifier, [r["question"] for r in split[1]], [r["type"] for r in split[1]])
     path = output.uri if output.is_s3 else output.fs_path()[1]  # absolute: actors may run elsewhere
-    return {"held_out_accuracy": report["accuracy"], "train_questions": len(split[0]), "path": path}
+    return {
+        "held_out_accuracy": report["accuracy"],
+        "train_questions": len(split[0]),
+        "quarantined": len(quarantined),
+        "path": path,
+    }

@@ -33,7 +33,7 @@ failed run re-run resumes after its last finished stage:
 
     stages = Stages(store.at(staging_uri), fingerprint=fingerprint(settings, [store.at(f) for f in inputs]))
     parsed = stages.run("parse", lambda: files.map_batches(parse))   # a Ray Dataset -> <staging>/parse/*.parquet
-    graphs = stages.run("graphs", lambda: read_stage(parsed).map_batches(build))   # each a Location
+    graphs = stages.run("graphs", lambda: build(usable(parsed)))   # each a Location; `usable`: the caller's
     stages.resumed, stages.seconds                 # the stages a re-run skipped; seconds per stage
     write_quarantine([parsed, graphs], store.at(quarantine_uri))   # {reason: count}
 
@@ -41,8 +41,8 @@ A stage is finished when its folder holds `_complete.json` (kind `batch stage`),
 Parquet file. The staging folder's `_staging.json` (kind `batch staging`, written first) holds the
 fingerprint of the run's input files and settings: staging of another fingerprint is cleared, never
 resumed, and a folder without one is refused. A stage's rows that could not be used carry the QUARANTINE
-columns (`with_quarantine`), `reason` not null; the next stage reads only the others (`read_stage`), and
-`write_quarantine` gathers them at the end. Only `read_stage` imports Ray (when called).
+columns (`with_quarantine`), `reason` not null; the next stage reads only the others, and
+`write_quarantine` gathers them at the end.
 """
 
 from __future__ import annotations
@@ -471,15 +471,6 @@ def write_stage(dataset, folder: Place, schema: pa.Schema | None = None, stage: 
     if schema is not None and not folder.files(suffix=".parquet"):
         pq.write_table(schema.empty_table(), f"{path}/part-empty.parquet", filesystem=fs)
     _write_marker(folder, BATCH_STAGE, stage, count_rows(folder))
-
-
-def read_stage(folder: Place):
-    """A finished stage's usable rows (no reason) as a materialized Ray Dataset."""
-    from ray.data.expressions import col
-
-    rows = folder.read_dataset(num_cpus=0.25)
-    # Read before an actor pool takes the CPUs: Ray's file listing wants a whole one.
-    return rows.filter(expr=col("reason").is_null(), num_cpus=0.25).materialize()
 
 
 class Stages:

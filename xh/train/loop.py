@@ -37,7 +37,7 @@ from xh.tracking import TrainingRun
 from xh.train.batching import BatchLayout, BatchStats, in_lockstep
 from xh.train.meters import StepMeter, epoch_figures, log_progress
 from xh.train.prefetch import Prefetcher, timed
-from xh.train.split import SPLIT_ARTIFACT, in_dev_split  # noqa: F401 (in_dev_split: re-exported)
+from xh.train.split import SPLIT_ARTIFACT
 from xh.train.state import MODEL_DIR, Progress, load_training_state, save_training_state
 from xh.train.step import Trainer
 from xh.train.worker import StepPlan, adamw_with_warmup, checkpoint_folder, report, start_worker

@@ -246,8 +246,8 @@ def test_quarantine_ids_are_read_from_raw_records_even_truncated(tmp_path):
     from xh.stages.train import Job
     from xh.storage.store import Store
     from xh.train.data import dev_source, graph_settings
-    from xh.train.loop import in_dev_split, log_graph_settings
-    from xh.train.split import dev_missed
+    from xh.train.loop import log_graph_settings
+    from xh.train.split import dev_missed, in_dev_split
 
     def job(cfg, folder):  # the job `Job.of` makes, less its checks of a complete graphs table
         store = Store.from_config(cfg)

@@ -13,12 +13,8 @@ import random
 import numpy as np
 import pytest
 
-from xh.model.qtype import (
-    QuestionTypeClassifier,
-    evaluate,
-    holdout_split,
-    labelled_questions,
-)
+from xh.model.qtype import QuestionTypeClassifier, evaluate, labelled_questions
+from xh.train.split import in_dev_split
 
 NAMES = [
     "Ada Lovelace",
@@ -146,10 +142,13 @@ def test_labelled_questions_quarantine_bad_records():
         {"question": "Where was X born?"},
         {"question": "Where was Y born?", "type": "multi-hop"},
         "not an object",
-        {"question": " What is Z? ", "type": "bridge", "answer": "z"},
+        {"question": " What is Z? ", "type": "bridge", "answer": "z", "_id": "q7"},
     ]
-    questions, types, quarantined = labelled_questions(records, "f.json")
-    assert questions == ["Who is older, A or B?", "What is Z?"] and types == ["comparison", "bridge"]
+    rows, quarantined = labelled_questions(records, "f.json")
+    assert rows == [
+        {"key": "Who is older, A or B?", "question": "Who is older, A or B?", "type": "comparison"},
+        {"key": "q7", "question": "What is Z?", "type": "bridge"},
+    ]
     assert [(row["position"], row["reason"]) for row in quarantined] == [
         (2, "missing question"),
         (3, "missing question"),
@@ -157,32 +156,24 @@ def test_labelled_questions_quarantine_bad_records():
         (5, "unknown type 'multi-hop'"),
         (6, "invalid record: not an object"),
     ]
-    assert len(questions) + len(quarantined) == len(records)
+    assert len(rows) + len(quarantined) == len(records)
     with pytest.raises(ValueError, match="not a HotpotQA question file"):
         labelled_questions({"question": "x"}, "f.json")
-
-
-def test_holdout_split_is_deterministic_and_order_free():
-    questions, _ = templated(101, seed=5)
-    questions = [f"{q} ({i})" for i, q in enumerate(questions)]  # distinct texts
-    train, test = holdout_split(questions)
-    assert len(test) == 21 and len(train) == 80 and sorted(train + test) == list(range(101))
-    shuffled = list(reversed(questions))
-    train2, test2 = holdout_split(shuffled)
-    assert {shuffled[i] for i in test2} == {questions[i] for i in test}
 
 
 @pytest.mark.slow
 @pytest.mark.shared_data
 def test_real_hotpot_questions_held_out_accuracy(shared_data, minilm_path, tmp_path):
-    """80% of the 7,205 labelled HotpotQA dev questions train it; the other 20% must score >= 95%."""
+    """The 7,205 labelled HotpotQA dev questions, split as the `xh qtype` stage splits (`in_dev_split`, here
+    keyed by the question text: the file has no ids): about 80% train it, the rest must score >= 95%."""
     source = shared_data / "hotpotqa" / "hotpot_dev_questions_simplified_from200.json"
-    questions, types, quarantined = labelled_questions(json.loads(source.read_text()), str(source))
-    assert len(questions) == 7205 and not quarantined
-    train, test = holdout_split(questions)
-    assert (len(train), len(test)) == (5764, 1441)
-    classifier = QuestionTypeClassifier.train([questions[i] for i in train], [types[i] for i in train], minilm_path)
-    test_questions, test_types = [questions[i] for i in test], [types[i] for i in test]
+    rows, quarantined = labelled_questions(json.loads(source.read_text()), str(source))
+    assert len(rows) == 7205 and not quarantined
+    train = [r for r in rows if not in_dev_split(r["key"], 0.2)]
+    test = [r for r in rows if in_dev_split(r["key"], 0.2)]
+    assert 0.18 < len(test) / len(rows) < 0.22
+    classifier = QuestionTypeClassifier.train([r["question"] for r in train], [r["type"] for r in train], minilm_path)
+    test_questions, test_types = [r["question"] for r in test], [r["type"] for r in test]
     metrics = evaluate(classifier, test_questions, test_types)
     print(json.dumps({"accuracy": metrics["accuracy"], "train_seconds": classifier.config.train_seconds}))
     assert metrics["accuracy"] >= 0.95, metrics

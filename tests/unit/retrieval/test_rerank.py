@@ -322,7 +322,7 @@ def test_the_demo_trains_its_reranker_on_questions_outside_the_dev_split_and_ret
     from xh.config import load_config
     from xh.stages import demo
     from xh.storage.store import Store
-    from xh.train.loop import in_dev_split
+    from xh.train.split import in_dev_split
 
     cfg = load_config("configs/demo.yaml", [f"storage.root={tmp_path}", "demo.train_reranker=true"])
     questions = [{"_id": f"q{i}", "question": f"question {i}?"} for i in range(40)]

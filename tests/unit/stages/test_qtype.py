@@ -66,6 +66,19 @@ def test_xh_qtype_takes_its_question_file_and_output_as_flags(world, tmp_path, t
     assert printed["train_questions"] == sum(not in_dev_split(q["_id"], 0.2) for q in world[:60])
 
 
+def test_bad_records_are_quarantined_with_their_reason_and_counted(world, tmp_path, tiny_backbone):
+    bad = [{"_id": "b1", "question": "Who?", "type": "multi-hop"}, {"_id": "b2", "type": "bridge"}, "text"]
+    (tmp_path / "world" / "hotpot" / "questions.json").write_text(json.dumps(world + bad))
+    cfg = load_config(None, [f"storage.root={tmp_path}", f"model.backbone={tiny_backbone}", "qtype.dev_fraction=0.25"])
+    summary = qtype.run(cfg, Store.from_config(cfg))
+    held = sum(in_dev_split(q["_id"], 0.25) for q in world)
+    assert summary["quarantined"] == 3 and summary["train_questions"] == len(world) - held
+    lines = (tmp_path / "models" / "question_type" / "quarantine.jsonl").read_text().splitlines()
+    reasons = [json.loads(line)["reason"] for line in lines]
+    assert reasons == ["unknown type 'multi-hop'", "missing question", "invalid record: not an object"]
+    QuestionTypeClassifier.load(summary["path"])  # the quarantine file beside the classifier does not disturb it
+
+
 def test_a_missing_question_file_is_one_line_and_exit_code_2(tmp_path, capsys):
     from tests.cli import xh
 
