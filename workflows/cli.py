@@ -18,6 +18,7 @@ the summary is one JSON line on stdout).
 import inspect
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -63,6 +64,8 @@ def configure_logging(verbosity: int = 0) -> None:
     logging.getLogger("ray").setLevel(logging.INFO if verbosity > 0 else logging.ERROR)
     for library in ("mlflow", "alembic"):
         logging.getLogger(library).setLevel(logging.INFO if verbosity > 0 else logging.WARNING)
+    # MLflow sets its loggers' level again when it is first imported (later, lazily), from this variable
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "INFO" if verbosity > 0 else "WARNING")
 
 
 def check_before_ray(cfg: XHConfig, stage: str) -> None:

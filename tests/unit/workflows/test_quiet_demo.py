@@ -66,3 +66,20 @@ def test_with_v_and_for_other_stages_the_workers_output_comes_back(ray_init, xh_
     assert verbose["log_to_driver"] is True
     assert "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR" not in verbose["runtime_env"].get("env_vars", {})
     assert stage["log_to_driver"] is True
+
+
+@pytest.mark.parametrize(("verbosity", "level"), [(0, logging.WARNING), (1, logging.INFO)])
+def test_mlflow_imported_after_the_cli_set_its_logging_keeps_its_info_lines_for_v(verbosity, level):
+    """MLflow sets its loggers' level when first imported ("Creating initial MLflow database tables", "Validating
+    input example" are INFO): a fresh process, where the CLI's logging comes first and MLflow later."""
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from workflows.cli import configure_logging; "
+        f"configure_logging({verbosity}); import mlflow; print(logging.getLogger('mlflow').level)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_LOGGING_LEVEL"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) == level
