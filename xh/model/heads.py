@@ -73,8 +73,14 @@ def weighted_bce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 
 
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
-    """Cross-entropy averaged over the `count` labels that are not -1; 0 when there are none."""
-    return F.cross_entropy(logits, labels, ignore_index=-1, reduction="sum") / max(count, 1)
+    """Cross-entropy averaged over the `count` labels that are not -1; 0 when there are none. The loss
+    divides by its own count of labels (the same number), so no division runs of its own, either way."""
+    return F.cross_entropy(logits, labels, ignore_index=-1, reduction="mean" if count else "sum")
+
+
+def mean_nll(log_p: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
+    """`mean_ce` of log-probabilities."""
+    return F.nll_loss(log_p, labels, ignore_index=-1, reduction="mean" if count else "sum")
 
 
 def present(terms: dict[str, torch.Tensor], counts: dict[str, int], kinds: dict[str, tuple]) -> dict[str, torch.Tensor]:
@@ -138,16 +144,16 @@ class HotpotHeads(nn.Module):
             node_log_p = graph_log_softmax(out["node_logits"], batch)
         relevance = weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"])
         # the answer node ranks first among its graph's nodes (decoding reads the span there)
-        answer_node = F.nll_loss(node_log_p, batch.answer_node, ignore_index=-1, reduction="sum")
-        # start and end rows of each graph's answer node: [G, L, 2] against [G, 2] positions
+        answer_node = mean_nll(node_log_p, batch.answer_node, counts["span"])
+        # start and end on each graph's answer node: [N, L, 2] against [N, 2] positions, -1 (none) on the
+        # other nodes (no gather of the answer rows: two operators fewer, forward and backward)
         span_logits = out.get("span_logits")
         if span_logits is None:  # outputs made elsewhere
             span_logits = torch.stack([out["start_logits"], out["end_logits"]], -1)
-        rows = span_logits.index_select(0, constants["answer_row"])
-        span = F.cross_entropy(rows, constants["answer_positions"], ignore_index=-1, reduction="sum")
         return {
-            "node": relevance + answer_node / max(counts["span"], 1),
-            "span": span / (2 * max(counts["span"], 1)),
+            "node": relevance + answer_node,
+            # start and end of each answer: 2 x counts["span"] labels
+            "span": mean_ce(span_logits, constants["span_targets"], counts["span"]),
             "answer_type": mean_ce(out["answer_type_logits"], batch.answer_type, counts["answer_type"]),
             "sentence": weighted_bce(
                 out["sentence_logits"], constants["sentence_target"], constants["sentence_weight"]
@@ -188,7 +194,6 @@ class FeverHeads(nn.Module):
     def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
         counts, constants = batch.counts(), batch.head_constants()
         return {
-            "claim": F.nll_loss(out["claim_log_probs"], batch.claim_label, ignore_index=-1, reduction="sum")
-            / max(counts["claim"], 1),
+            "claim": mean_nll(out["claim_log_probs"], batch.claim_label, counts["claim"]),
             "evidence": weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"]),
         }
