@@ -50,6 +50,11 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
+def dropout(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """`module(x)`, without the call where it returns `x` (p = 0, or eval): an operator less to dispatch."""
+    return module(x) if module.training and module.p else x
+
+
 Projection = tuple[torch.Tensor, torch.Tensor]  # a weight [out, in] and bias [out]: one Linear's, or several stacked
 
 

@@ -25,10 +25,12 @@ FEVER (`FeverHeads`):
   original release applied cross-entropy to these probabilities, a second softmax; not here).
   Evidence loss = BCE of node_logits against `node_relevance` (gold evidence sentences), as the release.
 
-Labels of -1 are ignored. Every term is computed for every batch, as a masked sum over the labelled
-entries divided by their count on the host (`GraphBatch.label_counts`): a term without labels is exactly 0
-and still keeps its parameters in the autograd graph (DDP needs every parameter in every step), nothing
-waits for the device, and `losses` lists only the terms the batch has labels for.
+Labels of -1 are ignored. Every term is computed for every batch, as the mean over the labelled entries:
+a sum weighted by 1/count (BCE; weights made on the host by `collate`), or the loss function's own mean
+(cross-entropy, NLL), chosen by the count on the host (`GraphBatch.label_counts`); a sum when there are
+none. So a term without labels is exactly 0 and still keeps its parameters in the autograd graph (DDP needs
+every parameter in every step), nothing waits for the device, no division runs of its own, and `losses`
+lists only the terms the batch has labels for.
 
 Per-graph reductions (the node softmax of a graph, pooling, FEVER's mixture) are dense: a [G, N] matrix
 of each graph's nodes, where the masked entries weigh exactly 0, and one softmax or product over it,
@@ -42,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xh.model.batch import GraphBatch
-from xh.model.encoder import cast
+from xh.model.encoder import cast, dropout
 
 MASKED = -1e4  # logit of positions that may not be chosen; finite so that bf16 and softmax stay well-defined
 
@@ -101,7 +103,7 @@ class HotpotHeads(nn.Module):
         self.sentence = _linear(hidden_size, 1, initializer_range)
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
-        tokens = self.dropout(hidden)
+        tokens = dropout(self.dropout, hidden)
         # span scores over the tokens, node scores over the hubs: two products, where one over the tokens
         # for both cost two concatenations and, in backward, a gradient per view of its output
         span_logits = cast(self.span(tokens), torch.float32).masked_fill(batch.head_constants()["span_blocked"], MASKED)
@@ -128,7 +130,7 @@ class HotpotHeads(nn.Module):
         the batch's [N, S, L] token weights), MASKED where a node has no such sentence, and that mask."""
         constants = batch.head_constants()
         means = cast(constants["sentence_weights"], hidden.dtype) @ hidden
-        logits = cast(self.sentence(self.dropout(means)), torch.float32).squeeze(-1)
+        logits = cast(self.sentence(dropout(self.dropout, means)), torch.float32).squeeze(-1)
         return logits.masked_fill(constants["sentence_blocked"], MASKED), constants["sentence_mask"]
 
     @classmethod
@@ -171,7 +173,7 @@ class FeverHeads(nn.Module):
         self.label = _linear(hidden_size, num_labels, initializer_range)
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
-        hub = self.dropout(hidden[:, 0])
+        hub = dropout(self.dropout, hidden[:, 0])
         # node importance and per-node labels in one product: [N, 1 + labels]
         weight, bias = torch.cat([self.node.weight, self.label.weight]), torch.cat([self.node.bias, self.label.bias])
         logits = cast(F.linear(hub, weight, bias), torch.float32)

@@ -35,7 +35,14 @@ d's hub attends to node s's), which `collate` makes on the host with the batch (
 node without in-neighbours has its self-loop in the mask either way (the `zero` rule then sets its ĥ to
 0): every row has a key, so the fused kernel never sees an empty row. In training, q, k and v come from
 one product and attention is `scaled_dot_product_attention` (one kernel each way on a GPU); no weights
-are kept. In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
+are kept.
+
+Few operators a layer (each a kernel launch on a GPU, #39). The paper step's one product of the hubs
+gives q, k, v and Eq. 8's hub half h W_h^T + b (the fusion's weight read as its two halves); the fusion
+is then one addmm with ĥ. The hubs are taken from and put back into the token grid by `TakeHubs` and
+`PutHubs`, whose backward writes the hubs' gradient into the tokens' in one operator. Both compute what
+the concatenation, the Linear and autograd's gather and scatter computed, up to float summation order
+(`tests/unit/model/test_hop_dense.py`). In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
 edge, in the order of `graph.src`/`graph.dst` (self-loops last, a read-back), for `xh.train.figures`.
 `tests/unit/model/test_hop_dense.py` keeps the per-edge form (gathers, a softmax and a sum per
 destination) as the reference both must equal. The hop step runs outside autocast, in float32.
@@ -56,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xh.model.encoder import Projection, cast, qkv_parts, qkv_projections, stacked_projections
+from xh.model.encoder import Projection, cast, dropout, qkv_parts, qkv_projections, stacked_projections
 
 HopVariant = Literal["paper", "gat"]
 
@@ -172,7 +179,7 @@ class DotProductHopAttention(nn.Module):
         """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads], or None when the graph keeps none).
         `qkv`: this module's stacked query, key and value parameters (`xh.model.encoder.qkv_projections`)."""
         weight, bias = qkv or qkv_projections([self])[self]
-        return self.attend(*self.split_heads(F.linear(hubs, weight, bias), 3)[:3], graph)
+        return self.attend(*self.split_heads(F.linear(hubs, weight, bias), 3), graph)
 
     def split_heads(self, projected: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
         """[N, parts x H] -> `parts` views [1, heads, N, d]: four dimensions, where CPUs too have a fused
@@ -195,11 +202,6 @@ class DotProductHopAttention(nn.Module):
         p = self.dropout.p if self.training else 0.0
         gathered = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.allowed, dropout_p=p)
         return graph.zero_lonely(gathered.squeeze(0).transpose(0, 1).reshape(n, -1)), None
-
-
-def dropout(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
-    """`module(x)`, without the call where it would return `x` (p = 0, or eval): one operator less."""
-    return module(x) if module.training and module.p else x
 
 
 class GATHopAttention(nn.Module):
@@ -244,6 +246,57 @@ def fusion_layer(hidden_size: int, fusion_init: str, initializer_range: float) -
         elif fusion_init != "random":
             raise ValueError(f"fusion_init must be 'identity' or 'random', not {fusion_init!r}")
     return fusion
+
+
+HopProjection = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a paper step's stacked weight, bias and W_ĥ
+
+
+class HubExchange:
+    """What `PutHubs`'s backward hands to the `TakeHubs` of the same hop step: the tokens' gradient."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self):
+        self.grad: torch.Tensor | None = None
+
+
+class TakeHubs(torch.autograd.Function):
+    """`tokens.index_select(0, hubs)`, whose backward returns the tokens' whole gradient through both this
+    and `PutHubs`: the gradient below `PutHubs` with the hub rows replaced by the hubs' gradient, one
+    index_copy (autograd's own index_fill, zeros + index_add and their sum were three operators).
+    Correct because the hubs taken here reach the loss only through the new hubs put back (hop attention
+    and fusion), so `PutHubs`'s backward has always run before this one."""
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange) -> torch.Tensor:
+        ctx.save_for_backward(hubs)
+        ctx.exchange, ctx.shape = exchange, tokens.shape
+        return tokens.index_select(0, hubs)
+
+    @staticmethod
+    def backward(ctx, grad_hubs: torch.Tensor):
+        (hubs,) = ctx.saved_tensors
+        grad, ctx.exchange.grad = ctx.exchange.grad, None
+        if grad is None:  # the tokens put back reach no loss
+            grad = grad_hubs.new_zeros(ctx.shape)
+        return grad.index_copy(0, hubs, grad_hubs), None, None
+
+
+class PutHubs(torch.autograd.Function):
+    """`tokens.index_copy(0, hubs, new_hubs)`; backward hands the tokens' gradient to `TakeHubs` (above)."""
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, new_hubs: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange):
+        ctx.save_for_backward(hubs)
+        ctx.exchange = exchange
+        return tokens.index_copy(0, hubs, new_hubs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (hubs,) = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            ctx.exchange.grad = grad
+        return None, grad.index_select(0, hubs), None, None
 
 
 class HopStep(nn.Module):
@@ -319,57 +372,6 @@ class HopStep(nn.Module):
         q, k, v, own = self.attention.split_heads(F.linear(hub, weight, bias), 4)
         gathered, weights = self.attention.attend(q, k, v, graph)
         return torch.addmm(own.squeeze(0).transpose(0, 1).reshape(hub.shape), gathered, w_gathered.t()), weights
-
-
-HopProjection = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a paper step's stacked weight, bias and W_ĥ
-
-
-class HubExchange:
-    """What `PutHubs`'s backward hands to the `TakeHubs` of the same hop step: the tokens' gradient."""
-
-    __slots__ = ("grad",)
-
-    def __init__(self):
-        self.grad: torch.Tensor | None = None
-
-
-class TakeHubs(torch.autograd.Function):
-    """`tokens.index_select(0, hubs)`, whose backward returns the tokens' whole gradient through both this
-    and `PutHubs`: the gradient below `PutHubs` with the hub rows replaced by the hubs' gradient, one
-    index_copy (autograd's own index_fill, zeros + index_add and their sum were three operators).
-    Correct because the hubs taken here reach the loss only through the new hubs put back (hop attention
-    and fusion), so `PutHubs`'s backward has always run before this one."""
-
-    @staticmethod
-    def forward(ctx, tokens: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange) -> torch.Tensor:
-        ctx.save_for_backward(hubs)
-        ctx.exchange, ctx.shape = exchange, tokens.shape
-        return tokens.index_select(0, hubs)
-
-    @staticmethod
-    def backward(ctx, grad_hubs: torch.Tensor):
-        (hubs,) = ctx.saved_tensors
-        grad, ctx.exchange.grad = ctx.exchange.grad, None
-        if grad is None:  # the tokens put back reach no loss
-            grad = grad_hubs.new_zeros(ctx.shape)
-        return grad.index_copy(0, hubs, grad_hubs), None, None
-
-
-class PutHubs(torch.autograd.Function):
-    """`tokens.index_copy(0, hubs, new_hubs)`; backward hands the tokens' gradient to `TakeHubs` (above)."""
-
-    @staticmethod
-    def forward(ctx, tokens: torch.Tensor, new_hubs: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange):
-        ctx.save_for_backward(hubs)
-        ctx.exchange = exchange
-        return tokens.index_copy(0, hubs, new_hubs)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (hubs,) = ctx.saved_tensors
-        if ctx.needs_input_grad[0]:
-            ctx.exchange.grad = grad
-        return None, grad.index_select(0, hubs), None, None
 
 
 def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:
