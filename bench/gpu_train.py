@@ -38,6 +38,10 @@ One JSON line per configuration; every line carries the baseline's figures of th
                                least one kernel; hop_ops_per_step is their difference
     ops_by_part_k3/_k0         the same split into hop, heads, losses and backbone (the rest), each
                                forward and "<part> backward" (`reference.ops_by_part`)
+    ops_per_step_k3/_k0_fused_attention, hop_ops_per_step_fused_attention   the same count with the
+                               dropout of attention weights (backbone and hop) off in the counted step:
+                               a CPU then runs its fused attention kernels, as a GPU does with dropout on
+                               (on a CPU, attention with dropout runs decomposed: 7 operators more each)
 
 Runs alternate epoch by epoch (every configuration's first epoch, then every second one, ...), so
 that load from other work on the machine falls on all of them alike.
@@ -207,6 +211,7 @@ class Run:
             ops = count_ops(lambda: self.forward_backward(self.last))
             self.optimizer.zero_grad(set_to_none=True)
             parts = self.ops_by_part()
+            fused = self.ops_with_fused_attention()
         return {
             "real_token_fraction": round(self.real / self.computed, 4),
             "distinct_shapes_per_epoch": len(self.shapes),
@@ -221,7 +226,26 @@ class Run:
             "steps_per_epoch": self.steps,
             "ops": ops,
             "ops_by_part": parts,
+            "ops_fused_attention": fused if self.args.count_ops else None,
         }
+
+    def ops_with_fused_attention(self) -> int:
+        """`count_ops` of one more step with the attention weights' dropout off (backbone layers and hop
+        steps): the attention kernels a GPU runs, fused, whether dropout is on or not."""
+        from reference import count_ops
+
+        modules = [getattr(getattr(layer, "attention", None), "self", None) for layer in self.model.layers]
+        modules += [step.attention for step in self.model.hop_steps]
+        dropouts = [m.dropout for m in modules if isinstance(getattr(m, "dropout", None), torch.nn.Dropout)]
+        kept = [d.p for d in dropouts]
+        for d in dropouts:
+            d.p = 0.0
+        try:
+            return count_ops(lambda: self.forward_backward(self.last))
+        finally:
+            for d, p in zip(dropouts, kept):
+                d.p = p
+            self.optimizer.zero_grad(set_to_none=True)
 
     def ops_by_part(self) -> dict[str, int]:
         """`count_ops` of one more step split into hop steps, heads, losses and the rest ("backbone": the
@@ -244,7 +268,8 @@ class Run:
 
 def k3_and_k0(k3: dict, k0: dict, count_ops: bool) -> dict:
     """One configuration's figures: K=3's, with the step times and operators of both."""
-    figures = {k: v for k, v in k3.items() if k not in ("step_s", "step_cpu_s", "ops", "ops_by_part")}
+    own = ("step_s", "step_cpu_s", "ops", "ops_by_part", "ops_fused_attention")
+    figures = {k: v for k, v in k3.items() if k not in own}
     return figures | {
         "step_s_k3": k3["step_s"],
         "step_s_k0": k0["step_s"],
@@ -257,6 +282,11 @@ def k3_and_k0(k3: dict, k0: dict, count_ops: bool) -> dict:
         "hop_ops_per_step": k3["ops"] - k0["ops"] if count_ops else None,
         "ops_by_part_k3": k3["ops_by_part"],
         "ops_by_part_k0": k0["ops_by_part"],
+        "ops_per_step_k3_fused_attention": k3["ops_fused_attention"],
+        "ops_per_step_k0_fused_attention": k0["ops_fused_attention"],
+        "hop_ops_per_step_fused_attention": k3["ops_fused_attention"] - k0["ops_fused_attention"]
+        if count_ops
+        else None,
     }
 
 

@@ -151,9 +151,16 @@ def head_constants(batch: GraphBatch) -> dict[str, torch.Tensor]:
         "relevance_weight": (batch.node_relevance >= 0).float() / max(counts["node"], 1),
         "sentence_target": batch.sentence_labels.clamp(min=0).float(),
         "sentence_weight": sentence_known.float() / max(counts["sentence"], 1),
-        "answer_row": batch.answer_node.clamp(min=0),  # [G]: the answer node's row (row 0 without one)
-        "answer_positions": torch.stack([batch.answer_start, batch.answer_end], -1),  # [G, 2]
+        "span_targets": span_targets(batch),  # [N, 2]
     }
+
+
+def span_targets(batch: GraphBatch) -> torch.Tensor:
+    """int64 [N, 2]: the answer's start and end on each graph's answer node, -1 on every other node."""
+    n = batch.num_nodes
+    rows = torch.where(batch.answer_node >= 0, batch.answer_node, n)  # graphs without an answer: a spare row
+    targets = torch.full((n + 1, 2), -1, dtype=torch.long, device=rows.device)
+    return targets.index_copy_(0, rows, torch.stack([batch.answer_start, batch.answer_end], -1))[:n]
 
 
 def _check(graph: EncodedGraph) -> None:

@@ -50,24 +50,38 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-Projection = tuple[torch.Tensor, torch.Tensor]  # a module's query, key and value weights [3H, H] and biases [3H]
+def dropout(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    """`module(x)`, without the call where it returns `x` (p = 0, or eval): an operator less to dispatch."""
+    return module(x) if module.training and module.p else x
+
+
+Projection = tuple[torch.Tensor, torch.Tensor]  # a weight [out, in] and bias [out]: one Linear's, or several stacked
+
+
+def stacked_projections(parts: dict[object, list[Projection]]) -> dict[object, Projection]:
+    """Each key's weights and biases stacked for one product ([sum of outputs, inputs], [sum of outputs]),
+    for all keys at once: one concatenation of the weights and one of the biases, split per key (views),
+    where a concatenation per layer cost two operators a layer (each a kernel on a GPU; the split's
+    backward is one more). Keys whose weights take another input size than the first key's get their own."""
+    if not parts:
+        return {}
+    size = next(iter(parts.values()))[0][0].shape[1]
+    same = [key for key, pairs in parts.items() if all(w.shape[1] == size for w, _ in pairs)]
+    sizes = [sum(w.shape[0] for w, _ in parts[key]) for key in same]
+    weights = torch.cat([w for key in same for w, _ in parts[key]]).split(sizes)
+    biases = torch.cat([b for key in same for _, b in parts[key]]).split(sizes)
+    stacked = dict(zip(same, zip(weights, biases)))
+    return stacked | stacked_projections({key: pairs for key, pairs in parts.items() if key not in stacked})
+
+
+def qkv_parts(module: nn.Module) -> list[Projection]:
+    """A module's query, key and value weights and biases (its `query`, `key`, `value` Linear layers)."""
+    return [(getattr(module, name).weight, getattr(module, name).bias) for name in ("query", "key", "value")]
 
 
 def qkv_projections(modules: list[nn.Module]) -> dict[nn.Module, Projection]:
-    """Each module's query, key and value weights and biases (its `query`, `key`, `value` Linear layers)
-    stacked for one product, for all modules at once: one concatenation of the weights and one of the
-    biases, split per module (views), where a concatenation per layer cost two operators a layer (each a
-    kernel on a GPU; the split's backward is one more). Modules of other input sizes than the first's
-    get their own."""
-    same = [m for m in modules if m.query.in_features == modules[0].query.in_features] if modules else []
-    if not same:
-        return {}
-    linears = [getattr(m, name) for m in same for name in ("query", "key", "value")]
-    sizes = [m.query.out_features + m.key.out_features + m.value.out_features for m in same]
-    weights = torch.cat([linear.weight for linear in linears]).split(sizes)
-    biases = torch.cat([linear.bias for linear in linears]).split(sizes)
-    stacked = dict(zip(same, zip(weights, biases)))
-    return stacked | qkv_projections([m for m in modules if m not in stacked])
+    """Each module's query, key and value parameters stacked for one product (`stacked_projections`)."""
+    return stacked_projections({module: qkv_parts(module) for module in modules})
 
 
 def run_layer(

@@ -25,10 +25,12 @@ FEVER (`FeverHeads`):
   original release applied cross-entropy to these probabilities, a second softmax; not here).
   Evidence loss = BCE of node_logits against `node_relevance` (gold evidence sentences), as the release.
 
-Labels of -1 are ignored. Every term is computed for every batch, as a masked sum over the labelled
-entries divided by their count on the host (`GraphBatch.label_counts`): a term without labels is exactly 0
-and still keeps its parameters in the autograd graph (DDP needs every parameter in every step), nothing
-waits for the device, and `losses` lists only the terms the batch has labels for.
+Labels of -1 are ignored. Every term is computed for every batch, as the mean over the labelled entries:
+a sum weighted by 1/count (BCE; weights made on the host by `collate`), or the loss function's own mean
+(cross-entropy, NLL), chosen by the count on the host (`GraphBatch.label_counts`); a sum when there are
+none. So a term without labels is exactly 0 and still keeps its parameters in the autograd graph (DDP needs
+every parameter in every step), nothing waits for the device, no division runs of its own, and `losses`
+lists only the terms the batch has labels for.
 
 Per-graph reductions (the node softmax of a graph, pooling, FEVER's mixture) are dense: a [G, N] matrix
 of each graph's nodes, where the masked entries weigh exactly 0, and one softmax or product over it,
@@ -42,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xh.model.batch import GraphBatch
-from xh.model.encoder import cast
+from xh.model.encoder import cast, dropout
 
 MASKED = -1e4  # logit of positions that may not be chosen; finite so that bf16 and softmax stay well-defined
 
@@ -73,8 +75,14 @@ def weighted_bce(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
 
 
 def mean_ce(logits: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
-    """Cross-entropy averaged over the `count` labels that are not -1; 0 when there are none."""
-    return F.cross_entropy(logits, labels, ignore_index=-1, reduction="sum") / max(count, 1)
+    """Cross-entropy averaged over the `count` labels that are not -1; 0 when there are none. The loss
+    divides by its own count of labels (the same number), so no division runs of its own, either way."""
+    return F.cross_entropy(logits, labels, ignore_index=-1, reduction="mean" if count else "sum")
+
+
+def mean_nll(log_p: torch.Tensor, labels: torch.Tensor, count: int) -> torch.Tensor:
+    """`mean_ce` of log-probabilities."""
+    return F.nll_loss(log_p, labels, ignore_index=-1, reduction="mean" if count else "sum")
 
 
 def present(terms: dict[str, torch.Tensor], counts: dict[str, int], kinds: dict[str, tuple]) -> dict[str, torch.Tensor]:
@@ -95,7 +103,7 @@ class HotpotHeads(nn.Module):
         self.sentence = _linear(hidden_size, 1, initializer_range)
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
-        tokens = self.dropout(hidden)
+        tokens = dropout(self.dropout, hidden)
         # span scores over the tokens, node scores over the hubs: two products, where one over the tokens
         # for both cost two concatenations and, in backward, a gradient per view of its output
         span_logits = cast(self.span(tokens), torch.float32).masked_fill(batch.head_constants()["span_blocked"], MASKED)
@@ -122,7 +130,7 @@ class HotpotHeads(nn.Module):
         the batch's [N, S, L] token weights), MASKED where a node has no such sentence, and that mask."""
         constants = batch.head_constants()
         means = cast(constants["sentence_weights"], hidden.dtype) @ hidden
-        logits = cast(self.sentence(self.dropout(means)), torch.float32).squeeze(-1)
+        logits = cast(self.sentence(dropout(self.dropout, means)), torch.float32).squeeze(-1)
         return logits.masked_fill(constants["sentence_blocked"], MASKED), constants["sentence_mask"]
 
     @classmethod
@@ -138,16 +146,16 @@ class HotpotHeads(nn.Module):
             node_log_p = graph_log_softmax(out["node_logits"], batch)
         relevance = weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"])
         # the answer node ranks first among its graph's nodes (decoding reads the span there)
-        answer_node = F.nll_loss(node_log_p, batch.answer_node, ignore_index=-1, reduction="sum")
-        # start and end rows of each graph's answer node: [G, L, 2] against [G, 2] positions
+        answer_node = mean_nll(node_log_p, batch.answer_node, counts["span"])
+        # start and end on each graph's answer node: [N, L, 2] against [N, 2] positions, -1 (none) on the
+        # other nodes (no gather of the answer rows: two operators fewer, forward and backward)
         span_logits = out.get("span_logits")
         if span_logits is None:  # outputs made elsewhere
             span_logits = torch.stack([out["start_logits"], out["end_logits"]], -1)
-        rows = span_logits.index_select(0, constants["answer_row"])
-        span = F.cross_entropy(rows, constants["answer_positions"], ignore_index=-1, reduction="sum")
         return {
-            "node": relevance + answer_node / max(counts["span"], 1),
-            "span": span / (2 * max(counts["span"], 1)),
+            "node": relevance + answer_node,
+            # start and end of each answer: 2 x counts["span"] labels
+            "span": mean_ce(span_logits, constants["span_targets"], counts["span"]),
             "answer_type": mean_ce(out["answer_type_logits"], batch.answer_type, counts["answer_type"]),
             "sentence": weighted_bce(
                 out["sentence_logits"], constants["sentence_target"], constants["sentence_weight"]
@@ -165,7 +173,7 @@ class FeverHeads(nn.Module):
         self.label = _linear(hidden_size, num_labels, initializer_range)
 
     def forward(self, hidden: torch.Tensor, batch: GraphBatch) -> dict[str, torch.Tensor]:
-        hub = self.dropout(hidden[:, 0])
+        hub = dropout(self.dropout, hidden[:, 0])
         # node importance and per-node labels in one product: [N, 1 + labels]
         weight, bias = torch.cat([self.node.weight, self.label.weight]), torch.cat([self.node.bias, self.label.bias])
         logits = cast(F.linear(hub, weight, bias), torch.float32)
@@ -188,7 +196,6 @@ class FeverHeads(nn.Module):
     def terms(out: dict[str, torch.Tensor], batch: GraphBatch) -> dict[str, torch.Tensor]:
         counts, constants = batch.counts(), batch.head_constants()
         return {
-            "claim": F.nll_loss(out["claim_log_probs"], batch.claim_label, ignore_index=-1, reduction="sum")
-            / max(counts["claim"], 1),
+            "claim": mean_nll(out["claim_log_probs"], batch.claim_label, counts["claim"]),
             "evidence": weighted_bce(out["node_logits"], constants["relevance_target"], constants["relevance_weight"]),
         }

@@ -35,7 +35,14 @@ d's hub attends to node s's), which `collate` makes on the host with the batch (
 node without in-neighbours has its self-loop in the mask either way (the `zero` rule then sets its ĥ to
 0): every row has a key, so the fused kernel never sees an empty row. In training, q, k and v come from
 one product and attention is `scaled_dot_product_attention` (one kernel each way on a GPU); no weights
-are kept. In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
+are kept.
+
+Few operators a layer (each a kernel launch on a GPU, #39). The paper step's one product of the hubs
+gives q, k, v and Eq. 8's hub half h W_h^T + b (the fusion's weight read as its two halves); the fusion
+is then one addmm with ĥ. The hubs are taken from and put back into the token grid by `TakeHubs` and
+`PutHubs`, whose backward writes the hubs' gradient into the tokens' in one operator. Both compute what
+the concatenation, the Linear and autograd's gather and scatter computed, up to float summation order
+(`tests/unit/model/test_hop_dense.py`). In eval (`graph.keep_attention`) the weights are computed explicitly and also returned per
 edge, in the order of `graph.src`/`graph.dst` (self-loops last, a read-back), for `xh.train.figures`.
 `tests/unit/model/test_hop_dense.py` keeps the per-edge form (gathers, a softmax and a sum per
 destination) as the reference both must equal. The hop step runs outside autocast, in float32.
@@ -56,7 +63,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xh.model.encoder import Projection, cast, qkv_projections
+from xh.model.encoder import Projection, cast, dropout, qkv_parts, qkv_projections, stacked_projections
 
 HopVariant = Literal["paper", "gat"]
 
@@ -125,6 +132,14 @@ class HopGraph:
         """Dense weights [heads, N(dst), N(src)] -> [E', heads], in the order of src/dst."""
         return weights[:, self.dst, self.src].T
 
+    @functools.cached_property
+    def allowed_from_others(self) -> torch.Tensor:
+        """`allowed` without the self-loops of nodes without in-edges under the `zero` rule (their rows
+        empty): made once a batch, not once a hop layer."""
+        if self.isolated_nodes == "zero":
+            return self.allowed & ~self.lonely.unsqueeze(-1)
+        return self.allowed
+
     def zero_lonely(self, gathered: torch.Tensor) -> torch.Tensor:
         """ĥ [N, H] with the rows of nodes without in-edges set to 0 under the `zero` rule."""
         if self.isolated_nodes == "zero":
@@ -163,19 +178,29 @@ class DotProductHopAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hubs [N, H] -> (ĥ [N, H], attention weights [E, heads], or None when the graph keeps none).
         `qkv`: this module's stacked query, key and value parameters (`xh.model.encoder.qkv_projections`)."""
-        n = hubs.shape[0]
         weight, bias = qkv or qkv_projections([self])[self]
-        # [N, 3H] -> q, k, v [1, heads, N, d]: four dimensions, where CPUs too have a fused kernel
-        q, k, v = F.linear(hubs, weight, bias).view(1, n, 3, self.heads, self.head_size).permute(2, 0, 3, 1, 4)
+        return self.attend(*self.split_heads(F.linear(hubs, weight, bias), 3), graph)
+
+    def split_heads(self, projected: torch.Tensor, parts: int) -> tuple[torch.Tensor, ...]:
+        """[N, parts x H] -> `parts` views [1, heads, N, d]: four dimensions, where CPUs too have a fused
+        attention kernel (one unbind: one operator backward whatever the parts)."""
+        n = projected.shape[0]
+        return projected.view(1, n, parts, self.heads, self.head_size).permute(2, 0, 3, 1, 4).unbind(0)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, graph: HopGraph
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Eq. 7 on q, k, v [1, heads, N, d] -> (ĥ [N, H], weights [E, heads] or None, as `forward`)."""
+        n = q.shape[2]
         if graph.keep_attention:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_size)  # [1, heads, N(dst), N(src)]
             weights = masked_softmax(scores, graph.allowed)
-            gathered = self.dropout(weights) @ v
+            gathered = dropout(self.dropout, weights) @ v
             return graph.zero_lonely(gathered.squeeze(0).transpose(0, 1).reshape(n, -1)), graph.edge_weights(
                 weights.squeeze(0)
             )
-        dropout = self.dropout.p if self.training else 0.0
-        gathered = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.allowed, dropout_p=dropout)
+        p = self.dropout.p if self.training else 0.0
+        gathered = F.scaled_dot_product_attention(q, k, v, attn_mask=graph.allowed, dropout_p=p)
         return graph.zero_lonely(gathered.squeeze(0).transpose(0, 1).reshape(n, -1)), None
 
 
@@ -203,9 +228,8 @@ class GATHopAttention(nn.Module):
         score_src = (features * self.attn_src).sum(-1).T  # [heads, N]
         score_dst = (features * self.attn_dst).sum(-1).T
         scores = self.leaky_relu(score_dst.unsqueeze(-1) + score_src.unsqueeze(-2))  # [heads, N(dst), N(src)]
-        allowed = graph.allowed & ~graph.lonely.unsqueeze(-1) if graph.isolated_nodes == "zero" else graph.allowed
-        weights = masked_softmax(scores, allowed)
-        gathered = self.dropout(weights) @ features.transpose(0, 1)  # [heads, N, d]
+        weights = masked_softmax(scores, graph.allowed_from_others)
+        gathered = dropout(self.dropout, weights) @ features.transpose(0, 1)  # [heads, N, d]
         out = torch.relu(gathered.transpose(0, 1) + self.res_fc(per_head))
         return out.reshape(n, -1), graph.edge_weights(weights) if graph.keep_attention else None
 
@@ -222,6 +246,57 @@ def fusion_layer(hidden_size: int, fusion_init: str, initializer_range: float) -
         elif fusion_init != "random":
             raise ValueError(f"fusion_init must be 'identity' or 'random', not {fusion_init!r}")
     return fusion
+
+
+HopProjection = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # a paper step's stacked weight, bias and W_ĥ
+
+
+class HubExchange:
+    """What `PutHubs`'s backward hands to the `TakeHubs` of the same hop step: the tokens' gradient."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self):
+        self.grad: torch.Tensor | None = None
+
+
+class TakeHubs(torch.autograd.Function):
+    """`tokens.index_select(0, hubs)`, whose backward returns the tokens' whole gradient through both this
+    and `PutHubs`: the gradient below `PutHubs` with the hub rows replaced by the hubs' gradient, one
+    index_copy (autograd's own index_fill, zeros + index_add and their sum were three operators).
+    Correct because the hubs taken here reach the loss only through the new hubs put back (hop attention
+    and fusion), so `PutHubs`'s backward has always run before this one."""
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange) -> torch.Tensor:
+        ctx.save_for_backward(hubs)
+        ctx.exchange, ctx.shape = exchange, tokens.shape
+        return tokens.index_select(0, hubs)
+
+    @staticmethod
+    def backward(ctx, grad_hubs: torch.Tensor):
+        (hubs,) = ctx.saved_tensors
+        grad, ctx.exchange.grad = ctx.exchange.grad, None
+        if grad is None:  # the tokens put back reach no loss
+            grad = grad_hubs.new_zeros(ctx.shape)
+        return grad.index_copy(0, hubs, grad_hubs), None, None
+
+
+class PutHubs(torch.autograd.Function):
+    """`tokens.index_copy(0, hubs, new_hubs)`; backward hands the tokens' gradient to `TakeHubs` (above)."""
+
+    @staticmethod
+    def forward(ctx, tokens: torch.Tensor, new_hubs: torch.Tensor, hubs: torch.Tensor, exchange: HubExchange):
+        ctx.save_for_backward(hubs)
+        ctx.exchange = exchange
+        return tokens.index_copy(0, hubs, new_hubs)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (hubs,) = ctx.saved_tensors
+        if ctx.needs_input_grad[0]:
+            ctx.exchange.grad = grad
+        return None, grad.index_select(0, hubs), None, None
 
 
 class HopStep(nn.Module):
@@ -248,22 +323,55 @@ class HopStep(nn.Module):
             raise ValueError(f"hop variant must be 'paper' or 'gat', not {variant!r}")
         self.fusion = fusion_layer(hidden_size, fusion_init, initializer_range)
 
-    def forward(self, hidden_states: torch.Tensor, graph: HopGraph, qkv: Projection | None = None) -> torch.Tensor:
+    @property
+    def fuses_projection(self) -> bool:
+        """Paper attention: the fusion's half that reads the hub runs in the q/k/v product (`projection_parts`)."""
+        return isinstance(self.attention, DotProductHopAttention)
+
+    def projection_parts(self) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
+        """(the weights and biases of one product of the hub: query, key, value and Eq. 8's h W_h^T + b;
+        W_ĥ, the fusion's half that reads ĥ). Both halves are views of the fusion's one weight, by one
+        unbind (one operator backward, where two slices cost three)."""
+        size = self.fusion.out_features
+        w_hub, w_gathered = self.fusion.weight.view(size, 2, size).unbind(1)
+        return [*qkv_parts(self.attention), (w_hub, self.fusion.bias)], w_gathered
+
+    def projection(self) -> HopProjection:
+        """`projection_parts` stacked for this step alone (`XHModel` stacks them for all its layers at once)."""
+        parts, w_gathered = self.projection_parts()
+        return (*stacked_projections({self: parts})[self], w_gathered)
+
+    def forward(self, hidden_states: torch.Tensor, graph: HopGraph, qkv: HopProjection | None = None) -> torch.Tensor:
         """[R, L, H] -> [R, L, H] with a new hub at each node's hub position and every other token unchanged.
-        `qkv`: the paper attention's stacked query, key and value parameters, when the caller made them."""
+        `qkv`: the paper step's `projection`, when the caller stacked it with other layers'."""
         rows, length, size = hidden_states.shape
         tokens = hidden_states.reshape(rows * length, size)
         hubs = graph.hubs if graph.hubs is not None else torch.arange(rows, device=tokens.device) * length
+        exchange = HubExchange()
         # Outside autocast, in the parameters' dtype (float32 in mixed-precision training): the matrices are
         # tiny, casts to bf16 and back around each product would cost more kernels than the products, and
         # bf16 would round the attention weights coarsely.
         with torch.autocast(hidden_states.device.type, enabled=False):
-            hub = cast(tokens.index_select(0, hubs), self.fusion.weight.dtype)
-            gathered, weights = self.attention(hub, graph) if qkv is None else self.attention(hub, graph, qkv)
-            new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
+            hub = cast(TakeHubs.apply(tokens, hubs, exchange), self.fusion.weight.dtype)
+            if self.fuses_projection:
+                new_hub, weights = self.paper_hop(hub, graph, qkv or self.projection())
+            else:
+                gathered, weights = self.attention(hub, graph)
+                new_hub = self.fusion(torch.cat([hub, gathered], dim=-1))
         if weights is not None:
             graph.attention.append(weights.detach())
-        return tokens.index_copy(0, hubs, cast(new_hub, tokens.dtype)).view_as(hidden_states)
+        return PutHubs.apply(tokens, cast(new_hub, tokens.dtype), hubs, exchange).view_as(hidden_states)
+
+    def paper_hop(
+        self, hub: torch.Tensor, graph: HopGraph, qkv: HopProjection
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Eq. 7-8 on the hubs [N, H]: q, k, v and h W_h^T + b from one product, attention, then
+        Linear([h ; ĥ]) as that plus ĥ W_ĥ^T (one addmm, where a concatenation and a product were two
+        operators forward and the hub's two gradients one more backward)."""
+        weight, bias, w_gathered = qkv
+        q, k, v, own = self.attention.split_heads(F.linear(hub, weight, bias), 4)
+        gathered, weights = self.attention.attend(q, k, v, graph)
+        return torch.addmm(own.squeeze(0).transpose(0, 1).reshape(hub.shape), gathered, w_gathered.t()), weights
 
 
 def find_encoder_layers(backbone: nn.Module) -> nn.ModuleList:

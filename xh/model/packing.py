@@ -308,7 +308,7 @@ def encoder_inputs(
         "input_ids": batch.row_input_ids,
         "attention_mask": mask,
         "token_type_ids": batch.row_token_type_ids if use_token_types else None,
-        "position_ids": batch.row_position_ids + offset,
+        "position_ids": batch.row_position_ids + offset if offset else batch.row_position_ids,  # an operator less
     }
 
 

@@ -38,10 +38,10 @@ from torch import nn
 
 from xh.config import ModelConfig
 from xh.model.batch import GraphBatch
-from xh.model.encoder import embed, fusable, qkv_projections, run_layer
+from xh.model.encoder import embed, fusable, qkv_parts, run_layer, stacked_projections
 from xh.model.gesa import TypedHops
 from xh.model.heads import FeverHeads, HotpotHeads, present
-from xh.model.hop import DotProductHopAttention, HopGraph, PlainHops, find_encoder_layers
+from xh.model.hop import HopGraph, PlainHops, find_encoder_layers
 from xh.model.packing import encoder_inputs, node_states
 from xh.model.saved import load_encoder_model, load_tokenizer, pretrained_backbone, save_encoder_model
 
@@ -137,25 +137,26 @@ class XHModel(nn.Module):
         inputs = encoder_inputs(batch, self.backbone, self._use_token_types)
         x, mask = embed(self.backbone, **inputs)
         first_hop = len(self.layers) - len(self.hop_steps)
-        qkv = self._qkv_projections(fused_layers=not hop_kwargs)
+        qkv = self._projections(fused_layers=not hop_kwargs)
         for i, layer in enumerate(self.layers):
             # token attention within each node (Eq. 9); GESA's hub relations read hop_kwargs
-            own = qkv.get(getattr(getattr(layer, "attention", None), "self", None))
-            x = run_layer(layer, x, mask, own, position_ids=inputs.get("position_ids"), **hop_kwargs)
+            x = run_layer(layer, x, mask, qkv.get(layer), position_ids=inputs.get("position_ids"), **hop_kwargs)
             if i >= first_hop:  # hub attention along the graph's edges (Eq. 7-8)
                 step = self.hop_steps[i - first_hop]
-                own = qkv.get(getattr(step, "attention", None))
-                x = step(x, graph) if own is None else step(x, graph, own)
+                x = step(x, graph, qkv[step]) if step in qkv else step(x, graph)
         return node_states(batch, x), graph
 
-    def _qkv_projections(self, fused_layers: bool) -> dict:
-        """The query, key and value parameters of the fused backbone layers and paper hop steps, stacked
-        for all of them at once (`xh.model.encoder.qkv_projections`): two operators a step, not two a layer."""
-        modules = [layer.attention.self for layer in self.layers if fused_layers and fusable(layer)]
-        modules += [
-            s.attention for s in self.hop_steps if isinstance(getattr(s, "attention", None), DotProductHopAttention)
-        ]
-        return qkv_projections(modules)
+    def _projections(self, fused_layers: bool) -> dict:
+        """The query, key and value parameters of the fused backbone layers, and those of the paper hop steps
+        with their fusion's hub half, stacked for all of them at once (`xh.model.encoder.stacked_projections`):
+        two operators a step, not two a layer."""
+        parts = {layer: qkv_parts(layer.attention.self) for layer in self.layers if fused_layers and fusable(layer)}
+        w_gathered = {}
+        for step in self.hop_steps:
+            if getattr(step, "fuses_projection", False):
+                parts[step], w_gathered[step] = step.projection_parts()
+        stacked = stacked_projections(parts)
+        return {key: (*p, w_gathered[key]) if key in w_gathered else p for key, p in stacked.items()}
 
     def forward(self, batch: GraphBatch) -> XHOutput:
         hidden, graph = self._encode(batch)
@@ -168,7 +169,9 @@ class XHModel(nn.Module):
         if losses:
             # every term, 0 where the batch has no labels: each head parameter stays in the autograd graph
             weights = self.loss_weights
-            loss = functools.reduce(torch.add, (t if weights[k] == 1 else weights[k] * t for k, t in terms.items()))
+            weighted = [t if weights[k] == 1 else weights[k] * t for k, t in terms.items()]
+            # one stack and one sum for HotpotQA's four terms, where three additions were three operators
+            loss = torch.stack(weighted).sum() if len(weighted) > 3 else functools.reduce(torch.add, weighted)
         hop = {}
         if graph.keep_attention:  # eval: the edges (self-loops included, a read-back) and weights per layer
             hop = {"hop_edges": torch.stack([graph.src, graph.dst]), "hop_attention": graph.attention}

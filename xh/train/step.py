@@ -40,7 +40,8 @@ class Trainer:
         batch = host_batch.to(self.device, non_blocking=True)
         with autocast(self.device, self.train.bf16):
             output = self.ddp_model(batch)
-        (output.loss / self.train.grad_accum).backward()
+        accum = self.train.grad_accum  # no division by 1: two operators a step (forward and backward)
+        (output.loss if accum == 1 else output.loss / accum).backward()
         self.progress.batches_in_epoch += 1
         return output
 

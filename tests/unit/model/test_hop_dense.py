@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bench.reference import count_ops
-from xh.model.hop import DotProductHopAttention, GATHopAttention, HopGraph, HopStep
+from xh.model.hop import DotProductHopAttention, GATHopAttention, HopGraph, HopStep, HubExchange, TakeHubs
 from xh.model.scatter import segment_softmax, segment_sum
 
 
@@ -193,3 +193,59 @@ def test_hop_step_over_packed_graphs_equals_eq_7_per_graph_written_with_loops(is
         torch.testing.assert_close(out[mine], paper_hop_by_loops(step, flat[mine], local, isolated_nodes))
     untouched = torch.ones(32, dtype=torch.bool).index_fill_(0, hubs, False)
     assert torch.equal(out[untouched], flat[untouched])  # padding and other tokens, the padding row included
+
+
+def hop_step_by_autograd(step: HopStep, rows: torch.Tensor, graph: HopGraph) -> torch.Tensor:
+    """The hop step as written before its operators were cut (#39): autograd's gather and scatter of the
+    hubs, the attention's own forward, the fusion Linear on the concatenation [h ; ĥ]."""
+    tokens = rows.reshape(-1, rows.shape[-1])
+    hub = tokens.index_select(0, graph.hubs)
+    gathered, weights = step.attention(hub, graph)
+    if weights is not None:
+        graph.attention.append(weights.detach())
+    return tokens.index_copy(0, graph.hubs, step.fusion(torch.cat([hub, gathered], -1))).view_as(rows)
+
+
+@pytest.mark.parametrize("variant", ["paper", "gat"])
+@pytest.mark.parametrize("training", [True, False])
+def test_the_hop_step_gives_the_outputs_and_gradients_of_autograd_s_own_gather_scatter_and_fusion(variant, training):
+    """`TakeHubs`/`PutHubs` (one gradient operator each) and the fusion's hub half in the q/k/v product give
+    what autograd's index_select / index_copy and Linear([h ; ĥ]) give: outputs and the gradients of the
+    tokens (which also reach the loss another way here) and of every parameter, up to summation order."""
+    torch.manual_seed(7)
+    step = HopStep(hidden_size=16, heads=4, variant=variant, dropout=0.0, fusion_init="random").train(training)
+    edges = torch.tensor([(s, t) for s, t in [(0, 1), (1, 2), (2, 0), (4, 2), (5, 6), (6, 5), (3, 3)]]).T
+    hubs = torch.tensor([9, 0, 13, 5, 2, 16, 11, 7, 20, 18])
+    rows, target = torch.randn(4, 8, 16, requires_grad=True), torch.randn(4, 8, 16)
+    results = []
+    for run in (step, lambda hidden, graph: hop_step_by_autograd(step, hidden, graph)):
+        graph = HopGraph.build(edges, num_nodes=10, hubs=hubs)
+        graph.keep_attention = not training
+        hidden = rows * 2.0  # a non-leaf, as a layer's output; its second use below reaches the loss too
+        out = run(hidden, graph)
+        loss = (out * target).sum() + hidden[:2].square().sum()
+        results.append((out, graph.attention, torch.autograd.grad(loss, [rows, *step.parameters()])))
+    (out, weights, grads), (expected, expected_weights, expected_grads) = results
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+
+
+def test_the_hop_step_runs_fewer_operators_than_autograd_s_own_gather_scatter_and_fusion():
+    torch.manual_seed(8)
+    step = HopStep(hidden_size=16, heads=4, dropout=0.0).train()
+    rows = torch.randn(4, 8, 16, requires_grad=True)
+    graph = HopGraph.build(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=10, hubs=torch.arange(0, 30, 3))
+    graph.keep_attention = False
+    parameters = [rows, *step.parameters()]
+    ops = count_ops(lambda: torch.autograd.grad(step(rows * 1.0, graph).sum(), parameters))
+    plain = count_ops(lambda: torch.autograd.grad(hop_step_by_autograd(step, rows * 1.0, graph).sum(), parameters))
+    assert ops <= plain - 4  # forward and backward, with the stacking of the q/k/v weights: 23 against 27 when written
+
+
+def test_taken_hubs_that_are_not_put_back_give_the_tokens_their_gradient_alone():
+    tokens = torch.randn(6, 3, requires_grad=True)
+    hubs = torch.tensor([4, 1])
+    (grad,) = torch.autograd.grad(TakeHubs.apply(tokens * 1.0, hubs, HubExchange()).sum(), [tokens])
+    assert torch.equal(grad, torch.zeros(6, 3).index_fill_(0, hubs, 1.0))
