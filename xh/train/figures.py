@@ -37,7 +37,7 @@ LABELS = {
 
 
 class HopAttentionRecorder:
-    """Forward hooks on each hop step's attention module: (src, dst, weights) per layer per forward call."""
+    """Forward hooks on each hop step: (src, dst, weights) per layer per forward call."""
 
     def __init__(self, model):
         self.model = model
@@ -48,7 +48,8 @@ class HopAttentionRecorder:
         steps = list(self.model.hop_steps)
 
         def hook(layer: int, module, args, output) -> None:
-            graph, weights = args[1], output[1]
+            graph = args[1]  # a hop step appends its layer's weights (eval) to its graph's `attention`
+            weights = graph.attention[-1]
             if layer == 0:
                 self.calls.append([])
             self.calls[-1].append(
@@ -56,9 +57,7 @@ class HopAttentionRecorder:
             )
 
         for layer, step in enumerate(steps):
-            self._handles.append(
-                step.attention.register_forward_hook(lambda m, a, o, layer=layer: hook(layer, m, a, o))
-            )
+            self._handles.append(step.register_forward_hook(lambda m, a, o, layer=layer: hook(layer, m, a, o)))
         return self
 
     def __exit__(self, *exc) -> None:
