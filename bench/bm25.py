@@ -31,7 +31,9 @@ size (after a first line of versions and the load average):
                                    documents and floats;
                                    bm25s_same_top10: queries whose top k scores are bm25s's times (k1 + 1)
                                    (bm25s leaves that constant out; it sums float32, so within 1e-5
-                                   relative), of bm25s_compared; rank_bm25 (up to `--rank-bm25-max-docs`,
+                                   relative), of bm25s_compared; bm25s_differs_with_negative_idf: the
+                                   others whose query has a term in more than half the documents
+                                   (bm25s's idf 0 there, rank-bm25's a positive floor); rank_bm25 (up to `--rank-bm25-max-docs`,
                                    its memory grows with N): on the first `--rank-bm25-queries`, the top k
                                    equal to rank-bm25's ties aware (`agrees`), in the project's tie order on
                                    rank-bm25's floats (same_order), and rank-bm25's rate
@@ -257,7 +259,7 @@ def measure_size(args, target: int) -> dict:
     fallback_seconds, _, fallback = best_of(1, lambda: shard.search(queries, k))
     project.USE_KERNEL = True
     ours = timed["project_out"]
-    checks = same_results(shard, timed, fallback)
+    checks = same_results(shard, timed, fallback, queries)
     if target <= args.rank_bm25_max_docs:
         some = args.rank_bm25_queries
         checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
@@ -299,7 +301,7 @@ def search_memory(shard, queries, k: int) -> dict:
     return figures
 
 
-def same_results(shard, timed: dict, fallback) -> dict:
+def same_results(shard, timed: dict, fallback, queries) -> dict:
     """The exactness checks of one size (see the module docstring's `checks`)."""
     ours, numba_hits, arrays = timed["project_out"], timed["bm25s_numba_out"], timed["project_arrays_out"]
     scale = shard.params.k1 + 1
@@ -321,6 +323,18 @@ def same_results(shard, timed: dict, fallback) -> dict:
             same_top(r.scores, scale * numba_hits.scores[q][: len(r)], 1e-5) for q, r in enumerate(ours) if len(r)
         ),
         "bm25s_compared": sum(1 for r in ours if len(r)),
+        # bm25s's "robertson" idf is 0 for a term in more than half the documents, rank-bm25's a small
+        # positive floor (epsilon x the average idf): those queries' scores differ by definition
+        "bm25s_differs_with_negative_idf": sum(
+            not same_top(r.scores, scale * numba_hits.scores[q][: len(r)], 1e-5)
+            and any(
+                shard.term_dfs[shard.term_rows[t]] * 2 > shard.stats["num_docs"]
+                for t in queries[q]
+                if t in shard.term_rows
+            )
+            for q, r in enumerate(ours)
+            if len(r)
+        ),
     }
 
 
