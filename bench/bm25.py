@@ -25,11 +25,15 @@ size (after a first line of versions and the load average):
                                    memory above the level before it (sampled every 5 ms); bm25s_build_*: its
                                    `index` on the same tokens
     memory_bytes_per_doc           the searchable shard's arrays in memory
+    search_memory                  what a batched search holds above the shard (`search_memory`); over
+                                   several sizes, the growth exponent of its traced peak (0: flat)
     checks                         numpy_path_identical, threads_identical, arrays_identical: the same
                                    documents and floats;
                                    bm25s_same_top10: queries whose top k scores are bm25s's times (k1 + 1)
                                    (bm25s leaves that constant out; it sums float32, so within 1e-5
-                                   relative), of bm25s_compared; rank_bm25 (up to `--rank-bm25-max-docs`,
+                                   relative), of bm25s_compared; bm25s_differs_with_negative_idf: the
+                                   others whose query has a term in more than half the documents
+                                   (bm25s's idf 0 there, rank-bm25's a positive floor); rank_bm25 (up to `--rank-bm25-max-docs`,
                                    its memory grows with N): on the first `--rank-bm25-queries`, the top k
                                    equal to rank-bm25's ties aware (`agrees`), in the project's tie order on
                                    rank-bm25's floats (same_order), and rank-bm25's rate
@@ -232,6 +236,7 @@ def measure_size(args, target: int) -> dict:
         shard.search(queries[:50], k, threads=threads)
         shard.top_k(queries[:50], k, threads=threads)
         peer_run("numba", threads, peer_queries[:50])
+    searching_memory = search_memory(shard, queries, k)  # before the numpy path builds its dense rows
     numpy_queries = peer_queries[: args.bm25s_numpy_queries]
     timed, cpu = {}, {}
     for run in range(args.runs):
@@ -254,7 +259,7 @@ def measure_size(args, target: int) -> dict:
     fallback_seconds, _, fallback = best_of(1, lambda: shard.search(queries, k))
     project.USE_KERNEL = True
     ours = timed["project_out"]
-    checks = same_results(shard, timed, fallback)
+    checks = same_results(shard, timed, fallback, queries)
     if target <= args.rank_bm25_max_docs:
         some = args.rank_bm25_queries
         checks["rank_bm25"] = rank_bm25_check(tokens, queries[:some], ours[:some], k)
@@ -272,11 +277,31 @@ def measure_size(args, target: int) -> dict:
         "bm25s_build_peak_mib": peer_memory.mib,
         "analyze_seconds": round(analyze_seconds, 1),
         "memory_bytes_per_doc": round(shard.memory_bytes() / len(doc_ids), 1),
+        "search_memory": searching_memory,
         "checks": checks,
     }
 
 
-def same_results(shard, timed: dict, fallback) -> dict:
+def search_memory(shard, queries, k: int) -> dict:
+    """What searching itself holds, above the shard: the peak of Python's traced allocations (numpy's
+    arrays included; not the compiled scorer's few window-sized arrays) during one batched `search` and
+    one `top_k`, results included, and the peak resident memory above the level before (sampled)."""
+    import tracemalloc
+
+    figures = {}
+    for name, fn in {"search": lambda: shard.search(queries, k), "top_k": lambda: shard.top_k(queries, k)}.items():
+        with PeakRSS() as resident:
+            fn()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        figures[name + "_traced_peak_mib"] = round((tracemalloc.get_traced_memory()[1] - base) / 2**20, 2)
+        tracemalloc.stop()
+        figures[name + "_rss_peak_mib"] = resident.mib
+    return figures
+
+
+def same_results(shard, timed: dict, fallback, queries) -> dict:
     """The exactness checks of one size (see the module docstring's `checks`)."""
     ours, numba_hits, arrays = timed["project_out"], timed["bm25s_numba_out"], timed["project_arrays_out"]
     scale = shard.params.k1 + 1
@@ -298,6 +323,18 @@ def same_results(shard, timed: dict, fallback) -> dict:
             same_top(r.scores, scale * numba_hits.scores[q][: len(r)], 1e-5) for q, r in enumerate(ours) if len(r)
         ),
         "bm25s_compared": sum(1 for r in ours if len(r)),
+        # bm25s's "robertson" idf is 0 for a term in more than half the documents, rank-bm25's a small
+        # positive floor (epsilon x the average idf): those queries' scores differ by definition
+        "bm25s_differs_with_negative_idf": sum(
+            not same_top(r.scores, scale * numba_hits.scores[q][: len(r)], 1e-5)
+            and any(
+                shard.term_dfs[shard.term_rows[t]] * 2 > shard.stats["num_docs"]
+                for t in queries[q]
+                if t in shard.term_rows
+            )
+            for q, r in enumerate(ours)
+            if len(r)
+        ),
     }
 
 
@@ -338,9 +375,15 @@ def main() -> None:
 
     print(json.dumps({"bm25s": bm25s.__version__, "numba": importlib.metadata.version("numba"),
                       "python": platform.python_version(), "load_average": os.getloadavg()}), flush=True)  # fmt: skip
+    sizes, traced = [], []
     for target in args.docs:
         figures = measure_size(args, target)
         print(json.dumps({**figures, "load_average": [round(x, 2) for x in os.getloadavg()]}), flush=True)
+        sizes.append(figures["docs"])
+        traced.append(figures["search_memory"]["search_traced_peak_mib"])
+    if len(sizes) > 1:  # least-squares slope of log memory against log N: 0 is flat
+        slope = np.polyfit(np.log(sizes), np.log(traced), 1)[0]
+        print(json.dumps({"search_traced_peak_growth_exponent": round(float(slope), 3), "docs": sizes}), flush=True)
 
 
 if __name__ == "__main__":

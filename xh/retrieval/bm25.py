@@ -581,15 +581,15 @@ class BM25Shard:
     def _search_compiled(self, queries: Sequence[Sequence[str]], k: int, threads: int) -> list[SearchResult]:
         """`search` of one batch with the compiled scorer; the threads share the batch's queries."""
         out_docs, out_scores, out_n = self._top_k_compiled(queries, k, threads)
-        held = np.arange(k) < out_n[:, None]
-        rows = out_docs[held]
-        scores, ids, positions = out_scores[held], self.doc_ids_at(rows), rows + np.int64(self.doc_start)
+        ids = self.doc_ids_at(out_docs[np.arange(k) < out_n[:, None]])
         ends = np.cumsum(np.maximum(out_n, 0)).tolist()
+        # each result's arrays are views of a row (split off in C; sliced only when a query has fewer than k)
+        score_rows, position_rows = list(out_scores), list(out_docs + np.int64(self.doc_start))
         results = [
-            SearchResult(ids[a:b], scores[a:b], positions[a:b])
+            SearchResult(ids[a:b], s if b - a == k else s[: b - a], p if b - a == k else p[: b - a])
             if a < b
             else _empty(UNKNOWN_TERMS if len(q) else NO_TERMS)
-            for a, b, q in zip([0, *ends[:-1]], ends, queries)
+            for a, b, q, s, p in zip([0, *ends[:-1]], ends, queries, score_rows, position_rows)
         ]
         long = np.flatnonzero(out_n < 0).tolist()
         for q, result in zip(long, self._search_numpy([queries[q] for q in long], k)):

@@ -127,17 +127,20 @@ def _scatter(indices, weights, counts, cur, stop, lo, essential_flag, start, acc
     """Add the window's postings of the essential lists into `acc` in the query's term order (the lists
     not walked only move their cursor to the window: `lo`); returns how many documents were touched,
     listed in `touched`."""
-    end, found = start + WINDOW, 0
+    found = 0
     for j in range(len(counts)):
         if not essential_flag[j]:
             cur[j] = lo[j] = _seek(indices, cur[j], stop[j], start)
             continue
         lo[j] = p = cur[j]
-        while p < stop[j] and indices[p] < end:
+        last, count = stop[j], counts[j]  # locals: the stores below could alias the arrays for the compiler
+        while p < last:
             d = indices[p] - start
+            if d >= WINDOW:
+                break
             touched[found] = d
             found += acc[d] == 0.0  # weights are positive: a first visit (counted without a branch)
-            acc[d] += counts[j] * weights[p]
+            acc[d] += count * weights[p]
             p += 1
         cur[j] = p
     return found
@@ -217,8 +220,9 @@ def _add_rest(indices, weights, counts, lo, hi, stop, essential_flag, start, res
         return False
     for j in range(len(counts)):
         if not essential_flag[j]:
+            count = counts[j]
             for p in range(lo[j], hi[j]):
-                rest[indices[p] - start] += counts[j] * weights[p]
+                rest[indices[p] - start] += count * weights[p]
     return True
 
 
