@@ -21,8 +21,9 @@ is discarded):
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
                index, entity linker, link graph, question-type classifier, and the node's copy of the
                docs and links by id, `xh.graph.docstore`) and builds a block's graphs
-    inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
-               when there are GPUs)
+    inference  an actor pool: each actor loads the model half (the model version, from the copy the run
+               makes once per version under the output, `model_copy`: no MLflow in the actors) once (one
+               GPU each when there are GPUs)
 
 The pools are the run's own (`xh.stages.score_actors`), not Ray Data's: a pool's first actor starts with
 the run, so the index and the model load while the questions are parsed, the others once the rows to
