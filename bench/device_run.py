@@ -14,9 +14,10 @@ measured, so that a call cut short by its time limit still hands back everything
              AdamW) on synthetic token batches of --batch-tokens: step seconds, real tokens/s, operators a
              step dispatches (K=3, K=0; BERT-base and MiniLM sizes, random weights). Within 60 s of the
              start on a GPU, and the chip's own figure: the Ray runs add the input and Ray Train around it
-    ray      `bench/gpu_ray.py` with --ray-runs (world, the first run registered, promoted and scored,
-             the others trained; its lines go to OUT/gpu_ray.jsonl as it goes), for what time is left
-             less --reserve-s; --score-questions is the held-out questions its scoring run answers
+    ray      `bench/gpu_ray.py` with --ray-runs (world, every run trained, the first registered, then
+             promoted and scored; its lines go to OUT/gpu_ray.jsonl as it goes), for what time is left
+             less --reserve-s; its scoring run answers --score-questions new questions (20,000), the
+             plain loop the first --loop-questions of them (4,000)
     end      seconds in all
 
 With --ray-plan-only the Ray part only prints the arguments it would hand `bench/gpu_ray.py` (parsed by
@@ -176,22 +177,17 @@ def step_figures(size: str, hop_layers: int, args, batch) -> dict:
     return record
 
 
-def ray_arguments(args) -> tuple[list[str], str | None]:
-    """What `bench/gpu_ray.py` is handed (the runs, its output folder, the questions to score), and a note
-    when the scoring size cannot be passed yet.
-
-    Hook: the scoring run at --score-questions held-out questions is `bench/gpu_ray.py`'s (#39 part 2);
-    its option is passed on once that script offers `--score-questions`."""
+def ray_arguments(args) -> list[str]:
+    """What `bench/gpu_ray.py` is handed: the runs, its output folder, the questions to score and the plain
+    loop's share of them."""
     argv = ["--device", args.device, "--runs", *args.ray_runs]
     if args.out:
         argv += ["--out", str(Path(args.out) / "gpu_ray")]
-    note = None
     if args.score_questions:
-        if "--score-questions" in (ROOT / "bench" / "gpu_ray.py").read_text():
-            argv += ["--score-questions", str(args.score_questions)]
-        else:
-            note = "bench/gpu_ray.py has no --score-questions yet: it scores its world's held-out questions"
-    return argv + [*args.ray_args], note
+        argv += ["--score-questions", str(args.score_questions)]
+    if args.loop_questions:
+        argv += ["--loop-questions", str(args.loop_questions)]
+    return argv + [*args.ray_args]
 
 
 def load_gpu_ray():
@@ -204,13 +200,15 @@ def load_gpu_ray():
 def ray_part(args, lines: Lines) -> None:
     """`bench/gpu_ray.py` for the time left (less --reserve-s), or only its arguments (--ray-plan-only)."""
     left = lines.left(args.budget_s) - args.reserve_s
-    argv, note = ray_arguments(args)
-    record = {"name": "ray", "argv": argv, "seconds_left": round(left)} | ({"note": note} if note else {})
+    argv = ray_arguments(args)
+    gpu_ray = load_gpu_ray()
+    gpu_ray.parser().parse_args(argv)  # an option gpu_ray does not take fails here, in the CPU form too
+    record = {"name": "ray", "argv": argv, "seconds_left": round(left)}
     if args.ray_plan_only or left <= 0:
         lines.emit(record | {"ran": False, "why": "asked" if args.ray_plan_only else "no time left"})
         return
     lines.emit(record | {"ran": True})
-    records = load_gpu_ray().main(argv)
+    records = gpu_ray.main(argv)
     lines.emit({"name": "ray/done", "records": len(records)})
 
 
@@ -226,7 +224,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warmup-steps", type=int, default=3)
     parser.add_argument("--sizes", nargs="+", default=["bert-base", "minilm"], choices=["bert-base", "minilm"])
     parser.add_argument("--ray-runs", nargs="+", default=RAY_RUNS)
-    parser.add_argument("--score-questions", type=int, default=None, help="held-out questions to score (the world's)")
+    parser.add_argument(
+        "--score-questions", type=int, default=20000, help="new questions over the world's documents to score"
+    )
+    parser.add_argument(
+        "--loop-questions", type=int, default=4000, help="the plain loop's share of them (its steady rate)"
+    )
     parser.add_argument("--ray-plan-only", action="store_true", help="print gpu_ray's arguments, run nothing of it")
     parser.add_argument("--ray-args", nargs=argparse.REMAINDER, default=[], help="more arguments for gpu_ray.py")
     args = parser.parse_args(argv)

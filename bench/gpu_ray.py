@@ -7,11 +7,12 @@ It runs, in one process and one local Ray cluster: `synth` (a generated world, s
 `wiki`, `retrieve` (BM25 index, path scorer trained on the world's training questions, retrieval), `graphs`,
 then `train` on Ray Train (V2; `train.use_gpu=true`, NCCL and bf16 autocast on CUDA) once per
 configuration below, each with a randomly initialised backbone of the named size (speed depends on the
-size, not the weights). The first configuration's model is registered, promoted to `@champion` and
-used to `score` the held-out questions (or with --score-questions N, N new questions over the world's
-documents: 20,000 and more for a steady rate) with model actors on the GPU, against the same registered
-model in a plain loop (`xh.pipeline.Pipeline`) on the same device, before the other configurations train;
-both sides' questions/s, steady questions/s and fixed seconds (the project's: a run of 8 questions).
+size, not the weights). The first configuration's model is registered; once every configuration has
+trained, it is promoted to `@champion` and used to `score` the held-out questions (or with
+--score-questions N, N new questions over the world's documents: 20,000 and more for a steady rate) with
+model actors on the GPU, against the same registered model in a plain loop (`xh.pipeline.Pipeline`) on the
+same device (over the first --loop-questions of them): both sides' questions/s, steady questions/s and
+fixed seconds (the project's: a run of 8 questions), each side's line emitted as it is measured.
 
 Training configurations (name: backbone, batching, hop layers):
 
@@ -276,7 +277,7 @@ def scoring_questions(cfg, store, count: int | None) -> list[dict]:
     return [{"qid": q["_id"], "question": q["question"], "type": q["type"]} for q in questions]
 
 
-def project_scoring(cfg, rows: list[dict], model: str, device: str) -> dict:
+def project_scoring(cfg, rows: list[dict], model: str, device: str, records: list[dict]) -> dict:
     """`workflows.score.run` over `FIXED_QUESTIONS` of `rows` twice (its fixed cost: actors started, index and
     model loaded; the first run also starts the cluster's first workers and reads every file cold, so the
     second is the fixed cost a run pays), then over all of them; the runs' seconds and the last summary."""
@@ -303,11 +304,13 @@ def project_scoring(cfg, rows: list[dict], model: str, device: str) -> dict:
         start = time.perf_counter()
         summary = score.run(cfg.model_copy(update={"score": cfg.score.model_copy(update=update)}))
         seconds[name] = time.perf_counter() - start
+        emit({"name": f"score/project/{name}", "questions": len(some), "seconds": round(seconds[name], 2)}, records)
     return {"cold_s": seconds["cold"], "fixed_s": seconds["fixed"], "all_s": seconds["all"], "summary": summary}
 
 
 def loop_scoring(cfg, rows: list[dict], model: str) -> dict:
-    """The same questions through `xh.pipeline.Pipeline` in a loop in this process: loading, then answering."""
+    """The questions through `xh.pipeline.Pipeline` in a loop in this process: loading, then answering (one
+    process has no fixed cost beyond its loading: its steady rate needs no more questions than a few batches)."""
     from xh.pipeline import Pipeline, settings_of
     from xh.storage import locations
 
@@ -322,10 +325,14 @@ def loop_scoring(cfg, rows: list[dict], model: str) -> dict:
     return {"load_s": loaded - start, "loop_s": time.perf_counter() - loaded, "answered": answered}
 
 
-def promote_and_score(cfg, device: str, records: list[dict], score_questions: int | None = None) -> None:
+def promote_and_score(
+    cfg, device: str, records: list[dict], score_questions: int | None = None, loop_questions: int | None = None
+) -> None:
     """`@challenger` promoted on the held-out graphs, then the scoring questions (`scoring_questions`)
-    answered by model actors (a GPU each on CUDA) against the champion in a plain loop on the same device:
-    each side's questions/s, steady questions/s (its fixed cost apart) and fixed seconds."""
+    answered by model actors (a GPU each on CUDA) against the champion in a plain loop on the same device
+    (over the first `loop_questions` of them; default all): each side's questions/s, steady questions/s (its
+    fixed cost apart) and fixed seconds. The loop is measured first, then the project's fixed cost, each
+    line emitted as it is measured, so that a call cut during the project's long run keeps them."""
     from xh.stages import demo
     from xh.storage.store import Store
 
@@ -338,8 +345,10 @@ def promote_and_score(cfg, device: str, records: list[dict], score_questions: in
     rows = scoring_questions(cfg, Store.from_config(cfg), score_questions)
     # below the floor no champion exists: the challenger is scored instead (said in the record)
     model = f"models:/{REGISTERED}@{'champion' if promoted['promoted'] else 'challenger'}"
-    project = project_scoring(cfg, rows, model, device)
-    loop = loop_scoring(cfg, rows, model)
+    loop = loop_scoring(cfg, rows[:loop_questions] if loop_questions else rows, model)
+    loop_line = {"name": "score/loop", "questions": loop["answered"], "load_s": round(loop["load_s"], 2)}
+    emit(loop_line | {"steady_qps": round(loop["answered"] / loop["loop_s"], 2)}, records)
+    project = project_scoring(cfg, rows, model, device, records)
     predictions, summary = project["summary"]["predictions"], project["summary"]
     project_qps = predictions / project["all_s"]
     steady_s = project["all_s"] - project["fixed_s"]
@@ -360,6 +369,7 @@ def promote_and_score(cfg, device: str, records: list[dict], score_questions: in
             "plain_loop_qps": round(loop_qps, 2),
             "plain_loop_steady_qps": round(loop_steady, 2),
             "plain_loop_fixed_s": round(loop["load_s"], 2),
+            "plain_loop_questions": loop["answered"],
             "ratio": round(project_qps / loop_qps, 3),
             "ratio_steady": round(project_steady / loop_steady, 3) if project_steady else None,
             "project_seconds": round(project["all_s"], 2),
@@ -387,7 +397,8 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def parser() -> argparse.ArgumentParser:
+    """The options (`bench/device_run.py` plans with them)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the offline MiniLM's)")
@@ -407,7 +418,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=None,
         help="new questions over the world's documents to score (default: the world's held-out questions)",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--loop-questions", type=int, default=None, help="the plain loop's share of them, the first N (default: all)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
     import ray
@@ -437,13 +455,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     init_ray(cfg)
     try:
         cfg = build_world(cfg, records)
-        # the registered run is promoted and scored before the others train, so that a call cut short
-        # by its time limit still ends with predictions of a GPU-trained model
+        # every training run first, the first registered; then promotion and scoring, whose length depends
+        # on the scoring rate measured: a call cut short by its time limit keeps every training figure
         train_runs(cfg, args.runs[:1], backbones, records, register=True)
-        promote_and_score(cfg, args.device, records, args.score_questions)
         train_runs(cfg, args.runs[1:], backbones, records, register=False)
         for row in ratios(records):
             emit(row, records)
+        promote_and_score(cfg, args.device, records, args.score_questions, args.loop_questions)
     finally:
         if not joined:
             ray.shutdown()

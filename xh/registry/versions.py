@@ -61,9 +61,10 @@ def alias_version(name: str, alias: str) -> str | None:
     return found and str(found.version)
 
 
-def version_files(name: str, version: str) -> tuple[Path, dict]:
-    """A registered version's files, downloaded, and its MLmodel read as YAML (data: nothing in it runs)."""
-    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}"))
+def version_files(name: str, version: str, dst: str | None = None) -> tuple[Path, dict]:
+    """A registered version's files, downloaded (into `dst`, default: a folder of MLflow's), and its MLmodel
+    read as YAML (data: nothing in it runs)."""
+    local = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=dst))
     try:
         meta = yaml.safe_load((local / "MLmodel").read_text())
     except (OSError, yaml.YAMLError) as e:
@@ -82,9 +83,9 @@ def data_folder(local: Path, meta: dict, what: str) -> str:
     return str(folder)
 
 
-def version_folder(name: str, version: str) -> str:
-    """A registered version's saved-model folder, downloaded (`data_folder`)."""
-    local, meta = version_files(name, version)
+def version_folder(name: str, version: str, dst: str | None = None) -> str:
+    """A registered version's saved-model folder, downloaded (into `dst`: `version_files`) (`data_folder`)."""
+    local, meta = version_files(name, version, dst)
     return data_folder(local, meta, f"{name} version {version}")
 
 

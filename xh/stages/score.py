@@ -21,8 +21,9 @@ is discarded):
     graphs     an actor pool: each actor loads the graph half of `xh.pipeline.Pipeline` once (BM25
                index, entity linker, link graph, question-type classifier, and the node's copy of the
                docs and links by id, `xh.graph.docstore`) and builds a block's graphs
-    inference  an actor pool: each actor loads the model half (the model version) once (one GPU each
-               when there are GPUs)
+    inference  an actor pool: each actor loads the model half (the model version, from the copy the run
+               makes once per version under the output, `model_copy`: no MLflow in the actors) once (one
+               GPU each when there are GPUs)
 
 The pools are the run's own (`xh.stages.score_actors`), not Ray Data's: a pool's first actor starts with
 the run, so the index and the model load while the questions are parsed, the others once the rows to
@@ -55,6 +56,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -69,6 +71,7 @@ from xh.retrieval.index import corpus_snapshot
 from xh.retrieval.paths import PathScorer
 from xh.stages.score_actors import (
     GRAPHS,
+    MODEL_COPY,
     PARSED,
     TASK_CPUS,
     GraphActor,
@@ -230,16 +233,37 @@ def _pools(job: ScoreJob, use_gpu: bool) -> Pools:
         ModelActor,
         sc.inference_workers,
         model_options(sc, use_gpu),
-        model=model,
+        files=model_copy(cfg, job.store, model),
         provenance=provenance,
         batch_graphs=sc.batch_graphs,
         block=sc.batch_size,
         threads=sc.inference_threads,
-        mlflow_cfg=cfg.mlflow,
-        store=places.output.store,
         cache=places.corpus_cache.join(hashlib.sha256(job.snapshot.encode()).hexdigest()[:16]),
     )
     return pools
+
+
+def model_copy(cfg: XHConfig, store: Store, model: dict) -> Location:
+    """The version's saved-model folder, copied from the registry once per version into
+    `<output>/_models/NAME-vV/` (its marker, `MODEL_COPY`, written last), from which every model actor loads
+    it (`score_actors.local_folder`) without MLflow; taken under the version's lock."""
+    import tempfile
+
+    from xh.registry.versions import version_folder
+
+    place = store.at(locations.predictions(cfg), "_models", f"{model['name']}-v{model['version']}")
+    marker = place.join(MODEL_COPY)
+    if marker.exists() and json.loads(marker.read_bytes()).get("run_id") == model["run_id"]:
+        return place
+    if place.is_s3:
+        with tempfile.TemporaryDirectory(prefix="xh-model-") as dst:
+            place.upload(version_folder(model["name"], model["version"], dst))
+        folder = "."
+    else:  # downloaded in place: one copy of the weights, not two
+        path = place.fs_path()[1]
+        folder = os.path.relpath(version_folder(model["name"], model["version"], path), path)
+    marker.write_bytes(json.dumps(model | {"folder": folder}).encode())
+    return place
 
 
 def model_options(sc, use_gpu: bool) -> dict:
@@ -440,24 +464,45 @@ def prepare(cfg: XHConfig, store: Store) -> ScoreJob:
 # --- the run ---------------------------------------------------------------------------------------
 
 
-def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
-    """The stages over the job's files and the publish of their rows (and record) into the partition."""
+@dataclass
+class _Started:
+    """What a run with files to score sets up before its MLflow run: its stages, and its pools with their first
+    actors loading (so that the MLflow run's start overlaps their loading)."""
+
+    stages: Stages
+    pools: Pools
+    use_gpu: bool
+
+
+def _start(job: ScoreJob) -> _Started:
+    """The run's stages (staging of other inputs or settings discarded) and pools, their first actors started
+    (`_start_early`): the model version's copy is made first (`model_copy`), which they load."""
     import ray
 
-    cfg, places = job.cfg, job.places
-    sc, inputs = cfg.score, list(job.digests)
+    cfg, places, sc = job.cfg, job.places, job.cfg.score
     use_gpu = sc.use_gpu if sc.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
-    files = [job.store.at(uri) for uri in inputs]
+    files = [job.store.at(uri) for uri in job.digests]
     digest = fingerprint(_settings(cfg, job.model, places, job.snapshot), files, job.digests)
     stages = Stages(places.staging, fingerprint=digest, run_id=job.run_id)
     if stages.discarded:
         log("staging of a run with other inputs or settings discarded")
-    limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
     pools = _pools(job, use_gpu)
     try:
-        _start_early(
-            pools, sc, graphs_done=(read_marker(places.staging.join("graphs")) or {}).get("kind") == BATCH_STAGE
-        )
+        graphs_done = (read_marker(places.staging.join("graphs")) or {}).get("kind") == BATCH_STAGE
+        _start_early(pools, sc, graphs_done=graphs_done)
+    except BaseException:
+        pools.stop()
+        raise
+    return _Started(stages, pools, use_gpu)
+
+
+def _score(job: ScoreJob, started: _Started, mlflow_run_id: str) -> dict:
+    """The stages over the job's files and the publish of their rows (and record) into the partition."""
+    cfg, places = job.cfg, job.places
+    sc, inputs = cfg.score, list(job.digests)
+    stages, pools = started.stages, started.pools
+    limits = InputLimits(question_chars=sc.max_question_chars, record_bytes=sc.max_record_bytes)
+    try:
         parsed = stages.run("parse", lambda: _parse(inputs, job.store, limits), schema=PARSED)
         graphs = stages.run("graphs", lambda: _stage(pools, "graphs", parsed, sc), schema=GRAPHS)
         pools.stop("graphs")
@@ -478,7 +523,7 @@ def _score(job: ScoreJob, mlflow_run_id: str) -> dict:
         "resumed_stages": stages.resumed,
         "staging_discarded": stages.discarded,
         "seconds": {k: round(v, 3) for k, v in stages.seconds.items()},
-        "use_gpu": use_gpu,
+        "use_gpu": started.use_gpu,
     }
 
 
@@ -522,11 +567,19 @@ def run(job: ScoreJob) -> dict:
 
 
 def _run(job: ScoreJob) -> dict:
+    started = _start(job) if job.digests else None
+    try:
+        return _tracked(job, started)
+    finally:
+        if started is not None:
+            started.pools.stop()  # a run stopped before its stages (the MLflow run failed to start)
 
+
+def _tracked(job: ScoreJob, started: _Started | None) -> dict:
     model, run_date, places = job.model, job.run_date, job.places
     with stage_run(job.cfg, "score", run_name=f"score-{run_date}") as mlflow_run:
-        if job.digests:
-            done = _score(job, mlflow_run.info.run_id)
+        if started is not None:
+            done = _score(job, started, mlflow_run.info.run_id)
         else:
             log("every input file was scored already by this model version: nothing to score")
             done = _nothing_new(job)

@@ -144,26 +144,58 @@ class GraphActor(_Worker):
         return pa.Table.from_pylist(rows + quarantined, schema=GRAPHS)
 
 
-class ModelActor(_Worker):
-    """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out."""
+MODEL_COPY = "_copied.json"  # written last into a version's model copy (`xh.stages.score.model_copy`)
 
-    def __init__(self, model: dict, provenance: dict, batch_graphs: int, block: int, threads, mlflow_cfg, store, cache):
+
+def local_folder(files: Location) -> str:
+    """A local folder holding the model copy at `files`: the folder itself when it is local, else a copy on
+    this node made once under a file lock (in the temp folder, named after the copy's location and marker),
+    which the node's other model actors then load from."""
+    import os
+
+    marker = files.join(MODEL_COPY).read_bytes()
+    folder = json.loads(marker)["folder"]  # the saved-model folder inside the copy
+    if not files.is_s3:
+        return os.path.join(files.fs_path()[1], folder)
+    import fcntl
+    import hashlib
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    key = hashlib.sha256(files.uri.encode() + marker).hexdigest()[:24]
+    root = Path(tempfile.gettempdir(), "xh-models")
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one download per node; the others wait, then load the same files
+        if not (root / key).is_dir():
+            staging = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+            try:
+                files.download(staging)
+                os.rename(staging, root / key)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return str(root / key / folder)
+
+
+class ModelActor(_Worker):
+    """The pipeline's model half (one registered version), loaded once; graphs in, PREDICTIONS rows out.
+    It loads the version's copy the driver made (`files`, `xh.stages.score.model_copy`): no MLflow in the
+    actor (its import, its tracking store and the registry cost a model actor's start several seconds)."""
+
+    def __init__(self, files: Location, provenance: dict, batch_graphs: int, block: int, threads, cache):
         start = time.perf_counter()
         import torch
 
         from xh.model.variants import architecture
         from xh.pipeline import Pipeline
-        from xh.tracking import configure
 
         if threads:  # Ray gives a fractional-CPU actor one thread
             torch.set_num_threads(threads)
-        configure(mlflow_cfg, store)
         # a whole block sorted by length at once: a batch scorer has the block in hand, and a wider
         # window pads less (`xh.inference.predict_graphs`)
         self.pipeline = Pipeline.load(
-            model=f"models:/{model['name']}/{model['version']}",
-            batch_graphs=batch_graphs,
-            sort_window=max(1, -(-block // batch_graphs)),
+            model=local_folder(files), batch_graphs=batch_graphs, sort_window=max(1, -(-block // batch_graphs))
         )
         self.provenance = provenance
         if cache:

@@ -20,7 +20,7 @@ def test_the_device_run_in_its_cpu_form_prints_and_appends_each_line_as_it_goes(
     torch.set_num_threads(1)
     try:
         argv = ["--device", "cpu", "--out", str(tmp_path), "--sizes", "minilm", "--steps", "1", "--warmup-steps", "1"]
-        records = device_run.main([*argv, "--ray-plan-only", "--score-questions", "20000"])
+        records = device_run.main([*argv, "--ray-plan-only"])
     finally:
         torch.set_num_threads(threads)
     written = [json.loads(line) for line in (tmp_path / "device_run.jsonl").read_text().splitlines()]
@@ -34,5 +34,15 @@ def test_the_device_run_in_its_cpu_form_prints_and_appends_each_line_as_it_goes(
     ray = written[-2]
     assert ray["ran"] is False and ray["argv"][:3] == ["--device", "cpu", "--runs"]
     assert ray["argv"][3:7] == ["bert-base/tokens/k3", "bert-base/tokens/k0", "minilm/tokens/k3", "minilm/tokens/k0"]
-    assert ("--score-questions" in ray["argv"]) != ("note" in ray)  # passed on, or said why not
+    # the scoring run at 20,000 questions, the loop's steady rate over 4,000 of them: options gpu_ray parses
+    assert ray["argv"][7:] == [
+        "--out",
+        str(tmp_path / "gpu_ray"),
+        "--score-questions",
+        "20000",
+        "--loop-questions",
+        "4000",
+    ]
+    parsed = device_run.load_gpu_ray().parser().parse_args(ray["argv"])
+    assert (parsed.score_questions, parsed.loop_questions, parsed.runs) == (20000, 4000, ray["argv"][3:7])
     assert [r["name"] for r in records] == [n for n in names if n != "ray"]
