@@ -114,9 +114,10 @@ def _on_one_thread(*args) -> dict:
 
 
 @pytest.mark.xfail(
-    reason="known failure since 2026-11-28 (#39): K=3 no longer beats K=0 by 0.05 on fact-over-decoy (0.57 vs 0.59; "
-    "958aa72 gave 0.74). The step's losses, gradients and optimizer update equal 958aa72's with dropout off "
-    "(docs/training.md); the cause is not found",
+    reason="known failure since 2026-11-28 (#39): K=3 no longer beats K=0 by 0.05 on fact-over-decoy at seed 0 (0.57 "
+    "vs 0.59; 958aa72 gave 0.74). Bisected to 2e55535: only the hop dropout's draw layout changed, which moves every "
+    "later dropout mask; the old layout on today's tree gives 0.74 again and one extra random draw gives 0.70 "
+    "(docs/training.md): the figure depends on the dropout stream, a fragile setting not yet made robust",
     strict=False,
 )
 @pytest.mark.timeout(1200)  # two trainings of about a minute each, on CPUs other work may share
